@@ -1,0 +1,185 @@
+//! Heartbeats, INFO, queue pause/resume and the dead-letter set.
+
+use super::index::TimerKind;
+use super::txn::{Out, Txn};
+use super::Engine;
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::{format_ts, State};
+use crate::protocol::command::{DeadCmd, QueueCmd, WorkerDirective};
+use crate::protocol::Reply;
+use crate::store::Space;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+pub(super) const PAUSED_PREFIX: &str = "paused/";
+
+impl Engine {
+    /// BEAT: a sign of life that also extends the reservations of every job the worker holds
+    /// (ojs-retry §9.3), answered with the pending directive if there is one.
+    pub(super) fn beat(&mut self, wid: &str, _reported: Option<&[String]>) -> Reply {
+        let w: Arc<str> = Arc::from(wid);
+        let now_ms = self.now_ms();
+        self.workers.touch(&w, now_ms);
+        for id in self.workers.held(wid) {
+            let Some(e) = self.index.jobs.get(&id) else {
+                continue;
+            };
+            if e.state == State::Active {
+                let due = now_ms.saturating_add(e.timeout_ms);
+                self.index.set_timer(id, Some((due, TimerKind::Visibility)));
+            }
+        }
+        match self.workers.directive(wid) {
+            None => Reply::Ok,
+            Some(WorkerDirective::Quiet) => Reply::json(&json!({"state": "quiet"})),
+            Some(WorkerDirective::Terminate) => Reply::json(&json!({"state": "terminate"})),
+        }
+    }
+
+    pub(super) fn info(&self) -> Reply {
+        let mut queues = Map::new();
+        for q in &self.index.queues {
+            let mut m = Map::new();
+            m.insert("paused".into(), json!(q.paused));
+            for s in State::ALL {
+                m.insert(s.as_str().into(), json!(q.count(s)));
+            }
+            queues.insert(q.name.clone(), Value::Object(m));
+        }
+        let workers: Vec<Value> = self
+            .workers
+            .iter()
+            .map(|(wid, w)| {
+                let state = match w.directive {
+                    None => "running",
+                    Some(WorkerDirective::Quiet) => "quiet",
+                    Some(WorkerDirective::Terminate) => "terminate",
+                };
+                let last = chrono::DateTime::from_timestamp_millis(w.last_seen).map(format_ts);
+                json!({"wid": &**wid, "state": state, "last_seen": last,
+                       "active_jobs": w.held.len(), "info": w.info})
+            })
+            .collect();
+        let size = self.store.size_on_disk().unwrap_or(0);
+        Reply::json(&json!({
+            "server": {
+                "name": "ojsd",
+                "version": env!("CARGO_PKG_VERSION"),
+                "now": format_ts(self.now),
+                "uptime_s": self.started.elapsed().as_secs(),
+                "connections": super::connections_open(&self.connections),
+                "store_bytes": size,
+            },
+            "totals": {
+                "enqueued": self.stats.enqueued,
+                "completed": self.stats.completed,
+                "failed": self.stats.failed,
+                "jobs": self.index.jobs.len(),
+                "dead": self.index.dead.len(),
+                "waiting_fetches": self.waiters.len(),
+            },
+            "queues": queues,
+            "workers": workers,
+        }))
+    }
+
+    pub(super) fn queue_cmd(&mut self, txn: &mut Txn, cmd: QueueCmd) -> OjsResult<()> {
+        let (names, pause) = match cmd {
+            QueueCmd::Pause(n) => (n, true),
+            QueueCmd::Resume(n) => (n, false),
+        };
+        if let Some(bad) = names.iter().find(|n| !crate::job::is_valid_queue(n)) {
+            return Err(OjsError::new(
+                ErrorCode::InvalidQueue,
+                format!("invalid queue name {bad:?}"),
+            ));
+        }
+        for name in names {
+            let qid = self.index.queue_id(&name);
+            self.index.queue_mut(qid).paused = pause;
+            let key = format!("{PAUSED_PREFIX}{name}");
+            if pause {
+                txn.batch.put(Space::Meta, key.as_bytes(), vec![1]);
+            } else {
+                txn.batch.delete(Space::Meta, key.as_bytes());
+                self.woke = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn dead_id(&self, id: &str) -> OjsResult<uuid::Uuid> {
+        let uid = super::jobs::parse_id(id)?;
+        match self.index.jobs.get(&uid) {
+            Some(e) if e.state == State::Discarded => Ok(uid),
+            Some(e) => Err(OjsError::new(
+                ErrorCode::InvalidStateTransition,
+                format!(
+                    "job {uid} is {}, not in the dead-letter set",
+                    e.state.as_str()
+                ),
+            )),
+            None => Err(super::jobs::not_found(id)),
+        }
+    }
+
+    pub(super) fn dead_cmd(&mut self, txn: &mut Txn, cmd: DeadCmd) -> OjsResult<Out> {
+        match cmd {
+            DeadCmd::List {
+                queue,
+                job_type,
+                limit,
+                offset,
+            } => {
+                let qid = queue.as_deref().map(|q| self.index.find_queue(q));
+                let mut total = 0usize;
+                let mut jobs = Vec::new();
+                // Newest first: what an operator looks at after an incident.
+                for (_, uid) in self.index.dead.iter().rev() {
+                    if let Some(want) = qid {
+                        if self.index.jobs.get(uid).map(|e| e.queue) != want {
+                            continue;
+                        }
+                    }
+                    let need_body = job_type.is_some() || (total >= offset && jobs.len() < limit);
+                    if !need_body {
+                        total += 1;
+                        continue;
+                    }
+                    let Some(job) = txn.job(self.store.as_ref(), *uid)? else {
+                        continue;
+                    };
+                    if job_type.as_deref().is_some_and(|t| t != job.job_type) {
+                        continue;
+                    }
+                    if total >= offset && jobs.len() < limit {
+                        jobs.push(serde_json::to_value(&job).unwrap_or(Value::Null));
+                    }
+                    total += 1;
+                }
+                Ok(Out::Reply(Reply::json(
+                    &json!({"total": total, "jobs": jobs}),
+                )))
+            }
+            DeadCmd::Retry(id) => {
+                let uid = self.dead_id(&id)?;
+                // ojs-core §6.3: manual retry resets attempt and clears errors.
+                let job = txn.job_mut(self.store.as_ref(), uid)?;
+                job.attempt = 0;
+                job.error = None;
+                job.errors.clear();
+                job.discarded_at = None;
+                job.completed_at = None;
+                job.started_at = None;
+                self.index.dead.retain(|(_, id)| *id != uid);
+                self.make_available(txn, uid)?;
+                Ok(Out::Reply(Reply::Ok))
+            }
+            DeadCmd::Delete(id) => {
+                let uid = self.dead_id(&id)?;
+                self.delete_job(txn, uid);
+                Ok(Out::Reply(Reply::Ok))
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The engine's in-memory index of every job: state, queue, ordering key and timers.
+//! Job bodies stay in the store; this is what the engine needs to decide without reading them.
+
+use crate::job::State;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use uuid::Uuid;
+
+pub type QueueId = u32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimerKind {
+    /// scheduled/retryable → available
+    Promote,
+    /// active → available or discarded (visibility timeout)
+    Visibility,
+    /// a not-yet-started job passes `expires_at` → discarded
+    Expire,
+    /// a terminal job passes its retention → deleted
+    Prune,
+}
+
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub state: State,
+    pub queue: QueueId,
+    pub priority: i64,
+    /// FIFO order within a priority; renewed each time the job becomes available.
+    pub seq: u64,
+    /// The state timer (Promote, Visibility or Prune), in engine-clock ms.
+    pub timer: Option<(i64, TimerKind)>,
+    pub expires: Option<i64>,
+    pub worker: Option<std::sync::Arc<str>>,
+    pub timeout_ms: i64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct HeapItem {
+    priority: i64,
+    seq: Reverse<u64>,
+    id: Uuid,
+}
+
+impl Ord for HeapItem {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.priority, self.seq).cmp(&(other.priority, other.seq))
+    }
+}
+
+impl PartialOrd for HeapItem {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Queue {
+    pub name: String,
+    pub paused: bool,
+    /// Jobs per state, indexed like `State::ALL`.
+    pub counts: [usize; 8],
+    /// Available jobs, highest priority then lowest seq first. Entries whose job has since
+    /// left `available` (or was re-queued with a new seq) are stale and skipped on pop.
+    heap: BinaryHeap<HeapItem>,
+}
+
+fn state_slot(s: State) -> usize {
+    State::ALL.iter().position(|x| *x == s).unwrap_or(0)
+}
+
+impl Queue {
+    pub fn count(&self, s: State) -> usize {
+        self.counts[state_slot(s)]
+    }
+}
+
+#[derive(Default)]
+pub struct Index {
+    pub jobs: HashMap<Uuid, Entry>,
+    pub queues: Vec<Queue>,
+    queue_ids: HashMap<String, QueueId>,
+    timers: BTreeSet<(i64, Uuid, TimerKind)>,
+    /// Discarded jobs by discard time, for listing the dead-letter set oldest first.
+    pub dead: BTreeSet<(i64, Uuid)>,
+    pub next_seq: u64,
+}
+
+impl Index {
+    pub fn queue_id(&mut self, name: &str) -> QueueId {
+        if let Some(id) = self.queue_ids.get(name) {
+            return *id;
+        }
+        let id = self.queues.len() as QueueId;
+        self.queues.push(Queue {
+            name: name.to_string(),
+            ..Default::default()
+        });
+        self.queue_ids.insert(name.to_string(), id);
+        id
+    }
+
+    pub fn find_queue(&self, name: &str) -> Option<QueueId> {
+        self.queue_ids.get(name).copied()
+    }
+
+    pub fn queue(&self, id: QueueId) -> &Queue {
+        &self.queues[id as usize]
+    }
+
+    pub fn queue_mut(&mut self, id: QueueId) -> &mut Queue {
+        &mut self.queues[id as usize]
+    }
+
+    pub fn take_seq(&mut self) -> u64 {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    /// Add a job to the index in the given state (used by PUSH and by the rebuild at start).
+    pub fn insert(&mut self, id: Uuid, entry: Entry) {
+        let q = entry.queue;
+        let state = entry.state;
+        if state == State::Available {
+            self.queues[q as usize].heap.push(HeapItem {
+                priority: entry.priority,
+                seq: Reverse(entry.seq),
+                id,
+            });
+        }
+        if let Some((due, kind)) = entry.timer {
+            self.timers.insert((due, id, kind));
+        }
+        if let Some(due) = entry.expires {
+            if !state.is_terminal() && state != State::Active {
+                self.timers.insert((due, id, TimerKind::Expire));
+            }
+        }
+        self.queues[q as usize].counts[state_slot(state)] += 1;
+        self.jobs.insert(id, entry);
+    }
+
+    /// Move a job to `to`, keeping counts, heap and timers consistent. The caller has
+    /// already checked that the transition is allowed.
+    pub fn set_state(&mut self, id: Uuid, to: State, timer: Option<(i64, TimerKind)>) {
+        let Some(e) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let from = e.state;
+        let q = e.queue as usize;
+        if let Some((due, kind)) = e.timer.take() {
+            self.timers.remove(&(due, id, kind));
+        }
+        e.state = to;
+        e.timer = timer;
+        if let Some((due, kind)) = timer {
+            self.timers.insert((due, id, kind));
+        }
+        // The expiry timer only matters before a job starts.
+        if let Some(due) = e.expires {
+            if to.is_terminal() || to == State::Active {
+                self.timers.remove(&(due, id, TimerKind::Expire));
+            } else {
+                self.timers.insert((due, id, TimerKind::Expire));
+            }
+        }
+        if to == State::Available {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            e.seq = seq;
+            let item = HeapItem {
+                priority: e.priority,
+                seq: Reverse(seq),
+                id,
+            };
+            self.queues[q].heap.push(item);
+        }
+        let queue = &mut self.queues[q];
+        queue.counts[state_slot(from)] -= 1;
+        queue.counts[state_slot(to)] += 1;
+        self.compact(q);
+    }
+
+    /// Re-arm the state timer of a job without changing its state (BEAT extending a reservation).
+    pub fn set_timer(&mut self, id: Uuid, timer: Option<(i64, TimerKind)>) {
+        if let Some(e) = self.jobs.get_mut(&id) {
+            if let Some((due, kind)) = e.timer.take() {
+                self.timers.remove(&(due, id, kind));
+            }
+            e.timer = timer;
+            if let Some((due, kind)) = timer {
+                self.timers.insert((due, id, kind));
+            }
+        }
+    }
+
+    pub fn remove(&mut self, id: Uuid) -> Option<Entry> {
+        let e = self.jobs.remove(&id)?;
+        if let Some((due, kind)) = e.timer {
+            self.timers.remove(&(due, id, kind));
+        }
+        if let Some(due) = e.expires {
+            self.timers.remove(&(due, id, TimerKind::Expire));
+        }
+        let q = &mut self.queues[e.queue as usize];
+        q.counts[state_slot(e.state)] -= 1;
+        Some(e)
+    }
+
+    /// Pop the best available job of a queue, skipping stale heap items.
+    pub fn pop_available(&mut self, q: QueueId) -> Option<Uuid> {
+        let queue = &mut self.queues[q as usize];
+        while let Some(item) = queue.heap.pop() {
+            if let Some(e) = self.jobs.get(&item.id) {
+                if e.state == State::Available && e.seq == item.seq.0 {
+                    return Some(item.id);
+                }
+            }
+        }
+        None
+    }
+
+    /// Drop stale heap items once they outnumber live ones, so cancel-heavy loads stay bounded.
+    fn compact(&mut self, q: usize) {
+        let live = self.queues[q].count(State::Available);
+        let queue = &self.queues[q];
+        if queue.heap.len() <= 2 * live + 1024 {
+            return;
+        }
+        let jobs = &self.jobs;
+        let queue = &mut self.queues[q];
+        let items = std::mem::take(&mut queue.heap).into_vec();
+        queue.heap = items
+            .into_iter()
+            .filter(|it| {
+                jobs.get(&it.id)
+                    .is_some_and(|e| e.state == State::Available && e.seq == it.seq.0)
+            })
+            .collect();
+    }
+
+    /// The earliest timer, if any.
+    pub fn next_timer(&self) -> Option<i64> {
+        self.timers.first().map(|t| t.0)
+    }
+
+    /// Remove and return every timer due at or before `now`.
+    pub fn take_due(&mut self, now: i64) -> Vec<(i64, Uuid, TimerKind)> {
+        let mut due = Vec::new();
+        while let Some(first) = self.timers.first() {
+            if first.0 > now {
+                break;
+            }
+            if let Some(t) = self.timers.pop_first() {
+                due.push(t);
+            }
+        }
+        due
+    }
+
+    /// Put back a timer taken by `take_due` but not handled yet.
+    pub fn rearm(&mut self, t: (i64, Uuid, TimerKind)) {
+        self.timers.insert(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(q: QueueId, priority: i64, seq: u64) -> Entry {
+        Entry {
+            state: State::Available,
+            queue: q,
+            priority,
+            seq,
+            timer: None,
+            expires: None,
+            worker: None,
+            timeout_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn pops_by_priority_then_fifo_and_skips_stale() {
+        let mut ix = Index::default();
+        let q = ix.queue_id("default");
+        let ids: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
+        ix.insert(ids[0], entry(q, 0, 1));
+        ix.insert(ids[1], entry(q, 5, 2));
+        ix.insert(ids[2], entry(q, 0, 3));
+        ix.insert(ids[3], entry(q, 5, 4));
+        ix.set_state(ids[3], State::Cancelled, None);
+        assert_eq!(ix.pop_available(q), Some(ids[1]));
+        assert_eq!(ix.pop_available(q), Some(ids[0]));
+        assert_eq!(ix.pop_available(q), Some(ids[2]));
+        assert_eq!(ix.pop_available(q), None);
+        assert_eq!(ix.queue(q).count(State::Cancelled), 1);
+    }
+
+    #[test]
+    fn timers_fire_in_order_and_are_replaced() {
+        let mut ix = Index::default();
+        let q = ix.queue_id("default");
+        let a = Uuid::now_v7();
+        let mut e = entry(q, 0, 1);
+        e.state = State::Scheduled;
+        e.timer = Some((100, TimerKind::Promote));
+        ix.insert(a, e);
+        ix.set_timer(a, Some((50, TimerKind::Promote)));
+        assert_eq!(ix.next_timer(), Some(50));
+        assert!(ix.take_due(49).is_empty());
+        assert_eq!(ix.take_due(60), vec![(50, a, TimerKind::Promote)]);
+    }
+}

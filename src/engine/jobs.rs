@@ -1,0 +1,514 @@
+//! Job lifecycle operations (ojs-core §6, §7): every state change goes through here, and
+//! each one checks the transition table before touching anything.
+
+use super::index::{Entry, TimerKind};
+use super::txn::Txn;
+use super::Engine;
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::retry::RetryDecision;
+use crate::job::validate::{parse_new_job, NewJob};
+use crate::job::{format_ts, State};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// Timers fired per loop turn, so a restart after a long outage cannot build one giant batch.
+const MAX_TIMERS_PER_TURN: usize = 10_000;
+
+pub(crate) fn parse_id(id: &str) -> OjsResult<Uuid> {
+    Uuid::parse_str(id).map_err(|_| not_found(id))
+}
+
+pub(crate) fn not_found(id: &str) -> OjsError {
+    let shown: String = id.chars().take(64).collect();
+    OjsError::new(ErrorCode::NotFound, format!("no job with id {shown}"))
+}
+
+fn wrong_state(id: Uuid, state: State, op: &str, needs: &str) -> OjsError {
+    OjsError::new(
+        ErrorCode::InvalidStateTransition,
+        format!(
+            "job {id} is {}; {op} needs a job that is {needs}",
+            state.as_str()
+        ),
+    )
+}
+
+impl Engine {
+    fn validate_new(&self, value: Value, len: usize) -> OjsResult<(Uuid, NewJob)> {
+        let new = parse_new_job(value, len, self.now, &self.cfg.limits)?;
+        let id = Uuid::parse_str(&new.job.id)
+            .map_err(|_| OjsError::new(ErrorCode::InvalidPayload, "id must be a UUIDv7"))?;
+        if self.index.jobs.contains_key(&id) {
+            return Err(OjsError::new(
+                ErrorCode::DuplicateJob,
+                format!("a job with id {id} already exists"),
+            ));
+        }
+        Ok((id, new))
+    }
+
+    fn insert_new(&mut self, txn: &mut Txn, id: Uuid, new: NewJob) {
+        let NewJob { mut job, pending } = new;
+        let now_ms = self.now_ms();
+        let scheduled = job.scheduled_time().map(|t| t.timestamp_millis());
+        let (state, timer) = match scheduled {
+            _ if pending => (State::Pending, None),
+            Some(at) if at > now_ms => (State::Scheduled, Some((at, TimerKind::Promote))),
+            _ => (State::Available, None),
+        };
+        job.state = state;
+        job.created_at = self.now;
+        if state == State::Available {
+            job.enqueued_at = Some(self.now);
+            self.woke = true;
+        }
+        let queue = self.index.queue_id(&job.queue);
+        let entry = Entry {
+            state,
+            queue,
+            priority: job.priority,
+            seq: self.index.take_seq(),
+            timer,
+            expires: job.expires_time().map(|t| t.timestamp_millis()),
+            worker: None,
+            timeout_ms: (job.timeout_secs(self.cfg.default_timeout_secs) as i64)
+                .saturating_mul(1000),
+        };
+        self.index.insert(id, entry);
+        txn.jobs.insert(id, Some(job));
+        self.stats.enqueued += 1;
+    }
+
+    pub(super) fn push(&mut self, txn: &mut Txn, value: Value, len: usize) -> OjsResult<Uuid> {
+        let (id, new) = self.validate_new(value, len)?;
+        self.insert_new(txn, id, new);
+        Ok(id)
+    }
+
+    /// All or nothing: every job is validated before any is inserted.
+    pub(super) fn push_batch(
+        &mut self,
+        txn: &mut Txn,
+        jobs: Vec<(Value, usize)>,
+    ) -> OjsResult<Vec<Uuid>> {
+        let mut valid = Vec::with_capacity(jobs.len());
+        let mut seen = HashSet::with_capacity(jobs.len());
+        for (i, (value, len)) in jobs.into_iter().enumerate() {
+            let (id, new) = self.validate_new(value, len).map_err(|e| OjsError {
+                code: e.code,
+                message: format!("job {i}: {}; no job was enqueued", e.message),
+            })?;
+            if !seen.insert(id) {
+                return Err(OjsError::new(
+                    ErrorCode::DuplicateJob,
+                    format!("job {i}: id {id} appears twice in the batch; no job was enqueued"),
+                ));
+            }
+            valid.push((id, new));
+        }
+        let ids = valid.iter().map(|(id, _)| *id).collect();
+        for (id, new) in valid {
+            self.insert_new(txn, id, new);
+        }
+        Ok(ids)
+    }
+
+    /// Claim up to `count` jobs, queues in the given order, best job first within a queue.
+    pub(super) fn fetch(
+        &mut self,
+        txn: &mut Txn,
+        wid: Option<&Arc<str>>,
+        queues: &[String],
+        count: usize,
+    ) -> OjsResult<Vec<Uuid>> {
+        for q in queues {
+            if !crate::job::is_valid_queue(q) {
+                return Err(OjsError::new(
+                    ErrorCode::InvalidQueue,
+                    format!("invalid queue name {q:?}"),
+                ));
+            }
+        }
+        let now_ms = self.now_ms();
+        let mut claimed = Vec::new();
+        for name in queues {
+            let Some(qid) = self.index.find_queue(name) else {
+                continue;
+            };
+            if self.index.queue(qid).paused {
+                continue;
+            }
+            while claimed.len() < count {
+                let Some(id) = self.index.pop_available(qid) else {
+                    break;
+                };
+                let expired = self
+                    .index
+                    .jobs
+                    .get(&id)
+                    .and_then(|e| e.expires)
+                    .is_some_and(|at| at <= now_ms);
+                let res = if expired {
+                    self.expire(txn, id)
+                } else {
+                    self.claim(txn, id, wid)
+                };
+                if let Err(e) = res {
+                    // Put it back so the failed read does not lose the job.
+                    self.index.set_state(id, State::Available, None);
+                    return Err(e);
+                }
+                if !expired {
+                    claimed.push(id);
+                }
+            }
+            if claimed.len() >= count {
+                break;
+            }
+        }
+        Ok(claimed)
+    }
+
+    fn claim(&mut self, txn: &mut Txn, id: Uuid, wid: Option<&Arc<str>>) -> OjsResult<()> {
+        let now = self.now;
+        let job = txn.job_mut(self.store.as_ref(), id)?;
+        job.state = State::Active;
+        job.attempt = job.attempt.saturating_add(1);
+        job.started_at = Some(now);
+        job.worker_id = wid.map(|w| w.to_string());
+        let timeout = self.index.jobs.get(&id).map(|e| e.timeout_ms).unwrap_or(0);
+        self.index.set_state(
+            id,
+            State::Active,
+            Some((self.now_ms().saturating_add(timeout), TimerKind::Visibility)),
+        );
+        if let Some(e) = self.index.jobs.get_mut(&id) {
+            e.worker = wid.cloned();
+        }
+        if let Some(w) = wid {
+            self.workers.hold(w, id);
+        }
+        Ok(())
+    }
+
+    /// The active job a worker reports on, after checking state and reservation owner.
+    fn active_job(&self, id: &str, wid: Option<&Arc<str>>, op: &str) -> OjsResult<Uuid> {
+        let uid = parse_id(id)?;
+        let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
+        if e.state != State::Active {
+            return Err(wrong_state(uid, e.state, op, "active"));
+        }
+        if let (Some(owner), Some(caller)) = (&e.worker, wid) {
+            if owner != caller {
+                return Err(OjsError::new(
+                    ErrorCode::NotOwner,
+                    format!("job {uid} is reserved by worker {owner}, not {caller}"),
+                ));
+            }
+        }
+        Ok(uid)
+    }
+
+    fn release(&mut self, id: Uuid) {
+        if let Some(w) = self.index.jobs.get_mut(&id).and_then(|e| e.worker.take()) {
+            self.workers.release(&w, id);
+        }
+    }
+
+    pub(super) fn ack(
+        &mut self,
+        txn: &mut Txn,
+        wid: Option<&Arc<str>>,
+        id: &str,
+        result: Option<Value>,
+    ) -> OjsResult<()> {
+        let uid = self.active_job(id, wid, "ACK")?;
+        if let Some(r) = &result {
+            let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0);
+            if size > self.cfg.limits.max_job_bytes {
+                return Err(OjsError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!(
+                        "result is {size} bytes; the limit is {}",
+                        self.cfg.limits.max_job_bytes
+                    ),
+                ));
+            }
+        }
+        let now = self.now;
+        let job = txn.job_mut(self.store.as_ref(), uid)?;
+        job.state = State::Completed;
+        job.completed_at = Some(now);
+        job.result = result;
+        job.error = None;
+        job.worker_id = None;
+        let prune = self
+            .now_ms()
+            .saturating_add(self.cfg.retention.as_millis() as i64);
+        self.release(uid);
+        self.index
+            .set_state(uid, State::Completed, Some((prune, TimerKind::Prune)));
+        self.stats.completed += 1;
+        Ok(())
+    }
+
+    pub(super) fn fail(
+        &mut self,
+        txn: &mut Txn,
+        wid: Option<&Arc<str>>,
+        id: &str,
+        error: Value,
+    ) -> OjsResult<()> {
+        let uid = self.active_job(id, wid, "FAIL")?;
+        self.stats.failed += 1;
+        self.release(uid);
+        self.failed_attempt(txn, uid, error, false)
+    }
+
+    /// Record a failed attempt and apply the retry policy (ojs-retry §2-§6). `lost` marks an
+    /// attempt that ended without a FAIL (visibility timeout, dead worker): per ojs-core §6.3
+    /// such a job goes straight back to `available` while attempts remain.
+    fn failed_attempt(
+        &mut self,
+        txn: &mut Txn,
+        uid: Uuid,
+        error: Value,
+        lost: bool,
+    ) -> OjsResult<()> {
+        let now = self.now;
+        let now_ms = self.now_ms();
+        let sample: f64 = rand::random();
+        let job = txn.job_mut(self.store.as_ref(), uid)?;
+        let etype = error
+            .get("type")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let mut entry = error.clone();
+        if let Value::Object(m) = &mut entry {
+            m.insert("attempt".into(), json!(job.attempt));
+            m.insert("timestamp".into(), json!(format_ts(now)));
+        }
+        job.push_error(entry);
+        job.error = Some(error);
+        job.worker_id = None;
+        let decision = job.retry.decide(
+            job.attempt,
+            if lost { None } else { etype.as_deref() },
+            sample,
+        );
+        match decision {
+            RetryDecision::Retry { delay } if lost => {
+                let _ = delay;
+                job.state = State::Available;
+                job.started_at = None;
+                job.enqueued_at = Some(now);
+                self.index.set_state(uid, State::Available, None);
+                self.woke = true;
+            }
+            RetryDecision::Retry { delay } => {
+                let at = now + chrono::Duration::milliseconds(delay.as_millis() as i64);
+                job.state = State::Retryable;
+                job.next_retry_at = Some(at);
+                self.index.set_state(
+                    uid,
+                    State::Retryable,
+                    Some((at.timestamp_millis(), TimerKind::Promote)),
+                );
+            }
+            RetryDecision::Exhausted => {
+                job.state = State::Discarded;
+                job.discarded_at = Some(now);
+                job.completed_at = Some(now);
+                self.discarded(txn, uid, now_ms);
+            }
+        }
+        Ok(())
+    }
+
+    /// Bookkeeping for a job that just became `discarded`: the dead-letter set and its limits.
+    fn discarded(&mut self, txn: &mut Txn, uid: Uuid, now_ms: i64) {
+        let prune = now_ms.saturating_add(self.cfg.dead_retention.as_millis() as i64);
+        self.index
+            .set_state(uid, State::Discarded, Some((prune, TimerKind::Prune)));
+        self.index.dead.insert((now_ms, uid));
+        while self.index.dead.len() > self.cfg.dead_max {
+            let Some((_, oldest)) = self.index.dead.pop_first() else {
+                break;
+            };
+            self.delete_job(txn, oldest);
+        }
+    }
+
+    pub(super) fn delete_job(&mut self, txn: &mut Txn, uid: Uuid) {
+        if let Some(e) = self.index.remove(uid) {
+            if e.state == State::Discarded {
+                self.index.dead.retain(|(_, id)| *id != uid);
+            }
+            if let Some(w) = e.worker {
+                self.workers.release(&w, uid);
+            }
+        }
+        txn.jobs.insert(uid, None);
+    }
+
+    /// `expires_at` passed before the job started (ojs-core §5.2): discarded, never run.
+    fn expire(&mut self, txn: &mut Txn, uid: Uuid) -> OjsResult<()> {
+        let now = self.now;
+        let job = txn.job_mut(self.store.as_ref(), uid)?;
+        let msg = format!(
+            "expires_at {} passed before the job started",
+            job.expires_at.as_deref().unwrap_or("?")
+        );
+        let error = json!({"type": "expired", "message": msg});
+        job.error = Some(error.clone());
+        job.push_error(error);
+        job.state = State::Discarded;
+        job.discarded_at = Some(now);
+        job.completed_at = Some(now);
+        let now_ms = self.now_ms();
+        self.discarded(txn, uid, now_ms);
+        Ok(())
+    }
+
+    pub(super) fn cancel(&mut self, txn: &mut Txn, id: &str) -> OjsResult<()> {
+        let uid = parse_id(id)?;
+        let state = self
+            .index
+            .jobs
+            .get(&uid)
+            .ok_or_else(|| not_found(id))?
+            .state;
+        if state.is_terminal() {
+            return Ok(()); // idempotent (ojs-core §7.6 rule 4)
+        }
+        let now = self.now;
+        let job = txn.job_mut(self.store.as_ref(), uid)?;
+        job.state = State::Cancelled;
+        job.cancelled_at = Some(now);
+        job.worker_id = None;
+        let prune = self
+            .now_ms()
+            .saturating_add(self.cfg.retention.as_millis() as i64);
+        self.release(uid);
+        self.index
+            .set_state(uid, State::Cancelled, Some((prune, TimerKind::Prune)));
+        Ok(())
+    }
+
+    pub(super) fn activate(&mut self, txn: &mut Txn, id: &str) -> OjsResult<()> {
+        let uid = parse_id(id)?;
+        let state = self
+            .index
+            .jobs
+            .get(&uid)
+            .ok_or_else(|| not_found(id))?
+            .state;
+        if state != State::Pending {
+            return Err(wrong_state(uid, state, "ACTIVATE", "pending"));
+        }
+        self.make_available(txn, uid)
+    }
+
+    /// scheduled/retryable/pending → available.
+    pub(super) fn make_available(&mut self, txn: &mut Txn, uid: Uuid) -> OjsResult<()> {
+        let now = self.now;
+        let job = txn.job_mut(self.store.as_ref(), uid)?;
+        job.state = State::Available;
+        job.enqueued_at = Some(now);
+        job.next_retry_at = None;
+        self.index.set_state(uid, State::Available, None);
+        self.woke = true;
+        Ok(())
+    }
+
+    pub(super) fn job_info(&self, id: &str) -> OjsResult<Uuid> {
+        let uid = parse_id(id)?;
+        if self.index.jobs.contains_key(&uid) {
+            Ok(uid)
+        } else {
+            Err(not_found(id))
+        }
+    }
+
+    /// A reservation that ended without ACK or FAIL.
+    pub(super) fn lost(
+        &mut self,
+        txn: &mut Txn,
+        uid: Uuid,
+        etype: &str,
+        message: String,
+    ) -> OjsResult<()> {
+        self.release(uid);
+        self.failed_attempt(txn, uid, json!({"type": etype, "message": message}), true)
+    }
+
+    pub(super) fn run_timers(&mut self, txn: &mut Txn) {
+        let now_ms = self.now_ms();
+        let mut due = self.index.take_due(now_ms);
+        if due.len() > MAX_TIMERS_PER_TURN {
+            // Put back what this turn will not handle; the loop comes round again at once.
+            for t in due.split_off(MAX_TIMERS_PER_TURN) {
+                self.index.rearm(t);
+            }
+        }
+        for (at, uid, kind) in due {
+            let Some(e) = self.index.jobs.get(&uid) else {
+                continue;
+            };
+            let state = e.state;
+            let current =
+                e.timer == Some((at, kind)) || (kind == TimerKind::Expire && e.expires == Some(at));
+            if !current {
+                continue;
+            }
+            let res = match kind {
+                TimerKind::Promote if matches!(state, State::Scheduled | State::Retryable) => {
+                    self.make_available(txn, uid)
+                }
+                TimerKind::Visibility if state == State::Active => {
+                    let secs = e.timeout_ms / 1000;
+                    self.lost(
+                        txn,
+                        uid,
+                        "timeout",
+                        format!("no ACK or FAIL within the {secs}s visibility timeout"),
+                    )
+                }
+                TimerKind::Expire if !state.is_terminal() && state != State::Active => {
+                    self.expire(txn, uid)
+                }
+                TimerKind::Prune if state.is_terminal() => {
+                    self.delete_job(txn, uid);
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = res {
+                tracing::error!(job = %uid, error = %e, "timer could not be applied");
+            }
+        }
+    }
+
+    /// Jobs of workers that stopped talking go back to the queue (ojs-worker-protocol §10).
+    pub(super) fn sweep_workers(&mut self, txn: &mut Txn) {
+        let cutoff = self.now_ms() - self.cfg.heartbeat_timeout.as_millis() as i64;
+        for (wid, held) in self.workers.reap(cutoff) {
+            tracing::warn!(worker = %wid, jobs = held.len(), "worker missed its heartbeats; requeueing its jobs");
+            for uid in held {
+                let active = self
+                    .index
+                    .jobs
+                    .get(&uid)
+                    .is_some_and(|e| e.state == State::Active);
+                if active {
+                    let msg = format!("worker {wid} stopped sending heartbeats");
+                    if let Err(e) = self.lost(txn, uid, "worker_death", msg) {
+                        tracing::error!(job = %uid, error = %e, "could not requeue");
+                    }
+                }
+            }
+        }
+    }
+}

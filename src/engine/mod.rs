@@ -1,0 +1,372 @@
+//! The single-writer engine. One thread owns the index, the timers and the store; every
+//! connection sends it commands over a channel. It drains a batch of commands, applies them
+//! in memory, commits all their writes to the store at once (durably), and only then
+//! replies. Timers run in the same loop, so nothing else ever mutates state.
+
+mod admin;
+mod clock;
+mod index;
+mod jobs;
+mod rebuild;
+mod txn;
+mod workers;
+
+pub use clock::Clock;
+
+use crate::error::{ErrorCode, OjsError};
+use crate::job::validate::Limits;
+use crate::protocol::{Command, Reply};
+use crate::store::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use index::Index;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use txn::{Out, Txn};
+use workers::Workers;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub limits: Limits,
+    /// Visibility timeout for jobs that set none, seconds.
+    pub default_timeout_secs: u64,
+    /// How long completed and cancelled jobs stay inspectable.
+    pub retention: Duration,
+    /// How long discarded (dead-letter) jobs are kept, and how many at most.
+    pub dead_retention: Duration,
+    pub dead_max: usize,
+    /// A worker silent for this long is dead and its jobs are requeued.
+    pub heartbeat_timeout: Duration,
+    /// How long an empty FETCH waits for a job.
+    pub fetch_wait: Duration,
+    /// Most commands applied in one group commit.
+    pub max_batch: usize,
+    pub test_clock: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limits: Limits::default(),
+            default_timeout_secs: crate::job::DEFAULT_TIMEOUT_SECS,
+            retention: Duration::from_secs(24 * 3600),
+            dead_retention: Duration::from_secs(180 * 24 * 3600),
+            dead_max: 10_000,
+            heartbeat_timeout: Duration::from_secs(45),
+            fetch_wait: Duration::from_secs(2),
+            max_batch: 4096,
+            test_clock: false,
+        }
+    }
+}
+
+/// One command from a connection, with the worker id its HELLO gave (if any).
+pub struct Request {
+    pub wid: Option<Arc<str>>,
+    pub cmd: Command,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+enum Msg {
+    Request(Request),
+    Register {
+        wid: Arc<str>,
+        info: serde_json::Value,
+    },
+    Shutdown,
+}
+
+/// The cheap, cloneable way into the engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: Sender<Msg>,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl EngineHandle {
+    /// Queue a command; the receiver resolves once the engine has committed and replied.
+    pub fn submit(&self, wid: Option<Arc<str>>, cmd: Command) -> oneshot::Receiver<Reply> {
+        let (reply, rx) = oneshot::channel();
+        let req = Request { wid, cmd, reply };
+        if let Err(e) = self.tx.send(Msg::Request(req)) {
+            // The engine is gone (shutting down or failed); answer for it.
+            if let Msg::Request(req) = e.0 {
+                let _ = req.reply.send(unavailable());
+            }
+        }
+        rx
+    }
+
+    pub async fn call(&self, wid: Option<Arc<str>>, cmd: Command) -> Reply {
+        self.submit(wid, cmd)
+            .await
+            .unwrap_or_else(|_| unavailable())
+    }
+
+    pub fn register_worker(&self, wid: Arc<str>, info: serde_json::Value) {
+        let _ = self.tx.send(Msg::Register { wid, info });
+    }
+
+    /// Ask the engine to finish its current batch, commit and stop.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Msg::Shutdown);
+    }
+}
+
+pub fn unavailable() -> Reply {
+    Reply::Error(OjsError::new(
+        ErrorCode::BackendUnavailable,
+        "the engine is not running",
+    ))
+}
+
+struct Waiter {
+    wid: Option<Arc<str>>,
+    queues: Vec<String>,
+    count: Option<usize>,
+    deadline: Instant,
+    reply: oneshot::Sender<Reply>,
+}
+
+#[derive(Default)]
+struct Stats {
+    enqueued: u64,
+    completed: u64,
+    failed: u64,
+}
+
+pub struct Engine {
+    store: Box<dyn Store>,
+    cfg: Config,
+    clock: Clock,
+    index: Index,
+    workers: Workers,
+    waiters: VecDeque<Waiter>,
+    /// Set when a job became available, so waiting FETCHes are worth another look.
+    woke: bool,
+    stats: Stats,
+    started: Instant,
+    connections: Arc<AtomicUsize>,
+    /// Engine-clock time of the batch being applied.
+    now: DateTime<Utc>,
+    rx: Receiver<Msg>,
+}
+
+/// Open the engine over a store: rebuild the index, then run it on its own thread.
+pub fn start(
+    store: Box<dyn Store>,
+    cfg: Config,
+) -> Result<
+    (
+        EngineHandle,
+        std::thread::JoinHandle<Result<(), StoreError>>,
+    ),
+    StoreError,
+> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let mut engine = Engine {
+        store,
+        clock: Clock::new(cfg.test_clock),
+        cfg,
+        index: Index::default(),
+        workers: Workers::default(),
+        waiters: VecDeque::new(),
+        woke: false,
+        stats: Stats::default(),
+        started: Instant::now(),
+        connections: connections.clone(),
+        now: Utc::now(),
+        rx,
+    };
+    engine.rebuild()?;
+    let thread = std::thread::Builder::new()
+        .name("ojsd-engine".into())
+        .spawn(move || engine.run())
+        .map_err(StoreError::from)?;
+    Ok((EngineHandle { tx, connections }, thread))
+}
+
+impl Engine {
+    fn now_ms(&self) -> i64 {
+        self.now.timestamp_millis()
+    }
+
+    /// Time until the loop must wake on its own: a timer, a FETCH deadline, or a dead-worker sweep.
+    fn wait_budget(&self) -> Duration {
+        let mut budget = Duration::from_secs(1);
+        if let Some(due) = self.index.next_timer() {
+            let ms = due - self.clock.now().timestamp_millis();
+            budget = budget.min(Duration::from_millis(ms.max(0) as u64));
+        }
+        if let Some(d) = self.waiters.iter().map(|w| w.deadline).min() {
+            budget = budget.min(d.saturating_duration_since(Instant::now()));
+        }
+        budget
+    }
+
+    fn run(mut self) -> Result<(), StoreError> {
+        let mut stopping = false;
+        loop {
+            let mut batch = Vec::new();
+            match self.rx.recv_timeout(self.wait_budget()) {
+                Ok(m) => batch.push(m),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => stopping = true,
+            }
+            while batch.len() < self.cfg.max_batch {
+                match self.rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
+            }
+            self.now = self.clock.now();
+            let mut txn = Txn::default();
+            for msg in batch {
+                match msg {
+                    Msg::Request(req) => self.handle(req, &mut txn),
+                    Msg::Register { wid, info } => {
+                        let now = self.now_ms();
+                        self.workers.register(wid, info, now);
+                    }
+                    Msg::Shutdown => stopping = true,
+                }
+            }
+            self.run_timers(&mut txn);
+            self.sweep_workers(&mut txn);
+            self.serve_waiters(&mut txn, stopping);
+            self.commit(txn)?;
+            if stopping {
+                tracing::info!("engine stopped after its last commit");
+                return Ok(());
+            }
+        }
+    }
+
+    /// Durably commit the batch, then send its replies. A failed commit leaves memory ahead
+    /// of disk, so the engine refuses to continue: the process restarts from the store.
+    fn commit(&mut self, mut txn: Txn) -> Result<(), StoreError> {
+        let index = &self.index;
+        let written = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
+        let batch = std::mem::take(&mut txn.batch);
+        if let Err(e) = self.store.commit(batch) {
+            tracing::error!(error = %e, "commit failed; stopping the engine");
+            for (to, _) in txn.out {
+                let _ = to.send(Reply::Error(OjsError::new(
+                    ErrorCode::BackendError,
+                    format!("commit failed: {e}"),
+                )));
+            }
+            return Err(e);
+        }
+        for (to, out) in txn.out {
+            let _ = to.send(txn::resolve(out, &written, self.store.as_ref()));
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, req: Request, txn: &mut Txn) {
+        let Request { wid, cmd, reply } = req;
+        if let Some(w) = &wid {
+            let now = self.now_ms();
+            self.workers.touch(w, now);
+        }
+        let out = match cmd {
+            Command::Push { job, len } => self.push(txn, job, len).map(Out::Job),
+            Command::PushBatch(jobs) => self.push_batch(txn, jobs).map(Out::Jobs),
+            Command::Fetch { queues, count } => {
+                match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
+                    Ok(ids) if ids.is_empty() => {
+                        self.waiters.push_back(Waiter {
+                            wid,
+                            queues,
+                            count,
+                            deadline: Instant::now() + self.cfg.fetch_wait,
+                            reply,
+                        });
+                        return;
+                    }
+                    Ok(ids) => Ok(fetch_out(ids, count)),
+                    Err(e) => Err(e),
+                }
+            }
+            Command::Ack { id, result } => self.ack(txn, wid.as_ref(), &id, result).map(ok),
+            Command::Fail { id, error } => self.fail(txn, wid.as_ref(), &id, error).map(ok),
+            Command::Cancel { id } => self.cancel(txn, &id).map(ok),
+            Command::Activate { id } => self.activate(txn, &id).map(ok),
+            Command::Job { id } => self.job_info(&id).map(Out::Job),
+            Command::Beat {
+                wid,
+                active_job_ids,
+            } => Ok(Out::Reply(self.beat(&wid, active_job_ids.as_deref()))),
+            Command::Info => Ok(Out::Reply(self.info())),
+            Command::Queue(q) => self.queue_cmd(txn, q).map(ok),
+            Command::Dead(d) => self.dead_cmd(txn, d),
+            Command::Worker { wid, directive } => self.workers.direct(&wid, directive).map(ok),
+            Command::ClockAdvance { ms } => {
+                if self.clock.advance(ms) {
+                    self.now = self.clock.now();
+                    Ok(Out::Reply(Reply::Ok))
+                } else {
+                    Err(OjsError::new(
+                        ErrorCode::UnknownCommand,
+                        "CLOCK is only available when ojsd runs with --test-clock",
+                    ))
+                }
+            }
+            // Handled by the connection; never sent here.
+            Command::Hello(_) | Command::End => Ok(Out::Reply(Reply::Ok)),
+        };
+        let out = out.unwrap_or_else(|e| Out::Reply(Reply::Error(e)));
+        txn.reply(reply, out);
+    }
+
+    /// Hand newly available jobs to waiting FETCHes, oldest waiter first, and time out the rest.
+    fn serve_waiters(&mut self, txn: &mut Txn, stopping: bool) {
+        let now = Instant::now();
+        let woke = std::mem::take(&mut self.woke);
+        let mut keep = VecDeque::with_capacity(self.waiters.len());
+        while let Some(w) = self.waiters.pop_front() {
+            if w.reply.is_closed() {
+                continue;
+            }
+            if woke && !stopping {
+                match self.fetch(txn, w.wid.as_ref(), &w.queues, w.count.unwrap_or(1)) {
+                    Ok(ids) if !ids.is_empty() => {
+                        txn.reply(w.reply, fetch_out(ids, w.count));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        txn.reply(w.reply, Out::Reply(Reply::Error(e)));
+                        continue;
+                    }
+                }
+            }
+            if stopping || w.deadline <= now {
+                txn.reply(w.reply, Out::Reply(Reply::Null));
+            } else {
+                keep.push_back(w);
+            }
+        }
+        self.waiters = keep;
+    }
+}
+
+fn ok(_: ()) -> Out {
+    Out::Reply(Reply::Ok)
+}
+
+fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>) -> Out {
+    match (count, ids.len()) {
+        (None, 1) => Out::Job(ids[0]),
+        _ => Out::Jobs(ids),
+    }
+}
+
+pub(crate) fn connections_open(c: &AtomicUsize) -> usize {
+    c.load(Ordering::Relaxed)
+}

@@ -1,0 +1,97 @@
+//! The worker registry: who is connected under which `wid`, when it was last heard from,
+//! which jobs it holds, and the quiet/terminate directive waiting for its next BEAT.
+
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::protocol::command::WorkerDirective;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use uuid::Uuid;
+
+#[derive(Debug)]
+pub struct WorkerRec {
+    pub info: Value,
+    pub last_seen: i64,
+    pub directive: Option<WorkerDirective>,
+    pub held: HashSet<Uuid>,
+}
+
+#[derive(Default)]
+pub struct Workers {
+    map: HashMap<Arc<str>, WorkerRec>,
+}
+
+impl Workers {
+    fn entry(&mut self, wid: &Arc<str>, now: i64) -> &mut WorkerRec {
+        self.map.entry(wid.clone()).or_insert_with(|| WorkerRec {
+            info: Value::Null,
+            last_seen: now,
+            directive: None,
+            held: HashSet::new(),
+        })
+    }
+
+    pub fn register(&mut self, wid: Arc<str>, info: Value, now: i64) {
+        let w = self.entry(&wid, now);
+        w.info = info;
+        w.last_seen = now;
+    }
+
+    /// Any command from a worker counts as a sign of life.
+    pub fn touch(&mut self, wid: &Arc<str>, now: i64) {
+        self.entry(wid, now).last_seen = now;
+    }
+
+    pub fn hold(&mut self, wid: &Arc<str>, job: Uuid) {
+        let now = self.map.get(wid).map(|w| w.last_seen).unwrap_or(0);
+        self.entry(wid, now).held.insert(job);
+    }
+
+    pub fn release(&mut self, wid: &Arc<str>, job: Uuid) {
+        if let Some(w) = self.map.get_mut(wid) {
+            w.held.remove(&job);
+        }
+    }
+
+    pub fn held(&self, wid: &str) -> Vec<Uuid> {
+        self.map
+            .get(wid)
+            .map(|w| w.held.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn directive(&self, wid: &str) -> Option<WorkerDirective> {
+        self.map.get(wid).and_then(|w| w.directive)
+    }
+
+    /// Quiet may not undo terminate: a worker only moves forward (ojs-worker-protocol §2.3).
+    pub fn direct(&mut self, wid: &str, d: WorkerDirective) -> OjsResult<()> {
+        let w = self.map.get_mut(wid).ok_or_else(|| {
+            OjsError::new(ErrorCode::NotFound, format!("no worker with id {wid}"))
+        })?;
+        if w.directive != Some(WorkerDirective::Terminate) {
+            w.directive = Some(d);
+        }
+        Ok(())
+    }
+
+    /// Remove workers not heard from since `cutoff`; returns the jobs each was holding.
+    pub fn reap(&mut self, cutoff: i64) -> Vec<(Arc<str>, Vec<Uuid>)> {
+        let dead: Vec<Arc<str>> = self
+            .map
+            .iter()
+            .filter(|(_, w)| w.last_seen < cutoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        dead.into_iter()
+            .filter_map(|wid| {
+                let w = self.map.remove(&wid)?;
+                Some((wid, w.held.into_iter().collect()))
+            })
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &WorkerRec)> {
+        self.map.iter()
+    }
+}

@@ -1,0 +1,89 @@
+//! Errors that reach a client. Each carries a stable code (ojs-errors.md §4, plus a few
+//! protocol-level ones) so client libraries can match on it instead of on the message.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    // ojs-errors.md §4.1 validation
+    InvalidPayload,
+    InvalidJobType,
+    InvalidQueue,
+    InvalidArgs,
+    InvalidMetadata,
+    InvalidStateTransition,
+    InvalidRetryPolicy,
+    // §4.2 conflict
+    DuplicateJob,
+    /// The job is reserved by another worker (custom code, ojs-errors §8).
+    NotOwner,
+    // §4.3 auth
+    Unauthenticated,
+    // §4.4 resource
+    NotFound,
+    PayloadTooLarge,
+    // §4.6 backend
+    BackendError,
+    BackendUnavailable,
+    // protocol level (ours)
+    UnknownCommand,
+    MalformedCommand,
+    LineTooLong,
+    HelloRequired,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidPayload => "INVALID_PAYLOAD",
+            ErrorCode::InvalidJobType => "INVALID_JOB_TYPE",
+            ErrorCode::InvalidQueue => "INVALID_QUEUE",
+            ErrorCode::InvalidArgs => "INVALID_ARGS",
+            ErrorCode::InvalidMetadata => "INVALID_METADATA",
+            ErrorCode::InvalidStateTransition => "INVALID_STATE_TRANSITION",
+            ErrorCode::InvalidRetryPolicy => "INVALID_RETRY_POLICY",
+            ErrorCode::DuplicateJob => "DUPLICATE_JOB",
+            ErrorCode::NotOwner => "NOT_OWNER",
+            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::BackendError => "BACKEND_ERROR",
+            ErrorCode::BackendUnavailable => "BACKEND_UNAVAILABLE",
+            ErrorCode::UnknownCommand => "UNKNOWN_COMMAND",
+            ErrorCode::MalformedCommand => "MALFORMED_COMMAND",
+            ErrorCode::LineTooLong => "LINE_TOO_LONG",
+            ErrorCode::HelloRequired => "HELLO_REQUIRED",
+        }
+    }
+}
+
+/// An error with a stable code and a human-readable English message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OjsError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl OjsError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        OjsError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for OjsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for OjsError {}
+
+/// Shorthand constructors used all over the engine and parser.
+pub fn invalid(code: ErrorCode, message: impl Into<String>) -> OjsError {
+    OjsError::new(code, message)
+}
+
+pub type OjsResult<T> = Result<T, OjsError>;

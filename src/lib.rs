@@ -1,0 +1,10 @@
+//! ojsd: a durable background-job broker implementing the Open Job Spec over a
+//! Faktory-style line protocol. Data flows one way: socket → codec → command → engine
+//! (channel) → store commit → reply.
+
+pub mod engine;
+pub mod error;
+pub mod job;
+pub mod protocol;
+pub mod server;
+pub mod store;

@@ -1,0 +1,152 @@
+//! The `ojsd` binary: parse flags, open the store, start the engine and the listener, and
+//! shut down cleanly on SIGTERM/SIGINT.
+
+use clap::Parser;
+use ojsd::engine::{self, Config};
+use ojsd::job::validate::Limits;
+use ojsd::server::{self, ServerConfig};
+use ojsd::store::SledStore;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A durable background-job broker speaking the Open Job Spec over a Faktory-style protocol.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Address for the TCP protocol (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, env = "OJSD_LISTEN", default_value = "127.0.0.1:7419")]
+    listen: SocketAddr,
+    /// Directory of the embedded database.
+    #[arg(long, env = "OJSD_DATA_DIR", default_value = "./ojsd-data")]
+    data_dir: PathBuf,
+    /// Require clients to authenticate with this password (Faktory's scheme).
+    #[arg(long, env = "OJSD_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+    /// Longest accepted command line, bytes.
+    #[arg(long, env = "OJSD_MAX_LINE_BYTES", default_value_t = 1024 * 1024 + 64 * 1024)]
+    max_line_bytes: usize,
+    /// Largest accepted job envelope (and ACK result), bytes.
+    #[arg(long, env = "OJSD_MAX_JOB_BYTES", default_value_t = 1024 * 1024)]
+    max_job_bytes: usize,
+    /// Visibility timeout for jobs that set no `timeout`, seconds.
+    #[arg(long, env = "OJSD_DEFAULT_TIMEOUT", default_value_t = 1800)]
+    default_timeout: u64,
+    /// How long completed and cancelled jobs stay inspectable, seconds.
+    #[arg(long, env = "OJSD_RETENTION", default_value_t = 86_400)]
+    retention: u64,
+    /// How long discarded (dead-letter) jobs are kept, seconds.
+    #[arg(long, env = "OJSD_DEAD_RETENTION", default_value_t = 180 * 86_400)]
+    dead_retention: u64,
+    /// Most discarded jobs kept; the oldest are pruned first.
+    #[arg(long, env = "OJSD_DEAD_MAX", default_value_t = 10_000)]
+    dead_max: usize,
+    /// A worker silent for this long is declared dead and its jobs requeued, seconds
+    /// (three missed 15 s heartbeats).
+    #[arg(long, env = "OJSD_HEARTBEAT_TIMEOUT", default_value_t = 45)]
+    heartbeat_timeout: u64,
+    /// How long an empty FETCH waits for a job, milliseconds.
+    #[arg(long, env = "OJSD_FETCH_WAIT_MS", default_value_t = 2000)]
+    fetch_wait_ms: u64,
+    /// Page cache of the embedded database, MiB.
+    #[arg(long, env = "OJSD_CACHE_MB", default_value_t = 256)]
+    cache_mb: u64,
+    /// Log filter: error, warn, info, debug, trace (or a tracing directive).
+    #[arg(long, env = "OJSD_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+    /// Let `CLOCK ADVANCE <secs>` move the engine clock. For tests only.
+    #[arg(long, env = "OJSD_TEST_CLOCK")]
+    test_clock: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let code = match run(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("{e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let store = SledStore::open(&args.data_dir, args.cache_mb * 1024 * 1024)
+        .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
+    let cfg = Config {
+        limits: Limits {
+            max_job_bytes: args.max_job_bytes,
+        },
+        default_timeout_secs: args.default_timeout,
+        retention: Duration::from_secs(args.retention),
+        dead_retention: Duration::from_secs(args.dead_retention),
+        dead_max: args.dead_max,
+        heartbeat_timeout: Duration::from_secs(args.heartbeat_timeout),
+        fetch_wait: Duration::from_millis(args.fetch_wait_ms),
+        test_clock: args.test_clock,
+        ..Config::default()
+    };
+    let (handle, engine_thread) = engine::start(Box::new(store), cfg).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let server_cfg = Arc::new(ServerConfig {
+        password: args.password.clone(),
+        max_line: args.max_line_bytes,
+    });
+    let result = runtime.block_on(async move {
+        let listener = server::bind(args.listen)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        // Tests and scripts read this line to learn the port when --listen ends in :0.
+        println!("ojsd listening on {local}");
+        tracing::info!(addr = %local, data_dir = %args.data_dir.display(), "ojsd ready");
+        let accept = tokio::spawn(server::accept_loop(listener, handle.clone(), server_cfg));
+        let engine_done = tokio::task::spawn_blocking(move || engine_thread.join());
+        tokio::pin!(engine_done);
+        tokio::select! {
+            _ = shutdown_signal() => {
+                tracing::info!("shutting down: no new connections, finishing the engine batch");
+                accept.abort();
+                handle.shutdown();
+                match engine_done.await {
+                    Ok(Ok(Ok(()))) => Ok(()),
+                    Ok(Ok(Err(e))) => Err(format!("engine failed: {e}")),
+                    _ => Err("engine thread panicked".to_string()),
+                }
+            }
+            r = &mut engine_done => match r {
+                Ok(Ok(Err(e))) => Err(format!("engine failed: {e}")),
+                _ => Err("engine stopped unexpectedly".to_string()),
+            },
+        }
+    });
+    // Connections still open are dropped with the runtime; their replies were all sent or refused.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

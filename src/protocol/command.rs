@@ -1,0 +1,474 @@
+//! Parsing one request line into a `Command`. Payloads stay as JSON values: what a job
+//! envelope must contain is decided by the job model, not here, so another job dialect can
+//! reuse this layer.
+
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueueCmd {
+    Pause(Vec<String>),
+    Resume(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeadCmd {
+    List {
+        queue: Option<String>,
+        job_type: Option<String>,
+        limit: usize,
+        offset: usize,
+    },
+    Retry(String),
+    Delete(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerDirective {
+    Quiet,
+    Terminate,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Hello(Value),
+    /// One job as JSON, with its encoded size for the size limit.
+    Push {
+        job: Value,
+        len: usize,
+    },
+    PushBatch(Vec<(Value, usize)>),
+    Fetch {
+        queues: Vec<String>,
+        count: Option<usize>,
+    },
+    Ack {
+        id: String,
+        result: Option<Value>,
+    },
+    Fail {
+        id: String,
+        error: Value,
+    },
+    Beat {
+        wid: String,
+        active_job_ids: Option<Vec<String>>,
+    },
+    Cancel {
+        id: String,
+    },
+    Activate {
+        id: String,
+    },
+    Job {
+        id: String,
+    },
+    Info,
+    Queue(QueueCmd),
+    Dead(DeadCmd),
+    Worker {
+        wid: String,
+        directive: WorkerDirective,
+    },
+    /// Moves the engine clock forward; accepted only when the server runs with a test clock.
+    ClockAdvance {
+        ms: i64,
+    },
+    End,
+}
+
+pub const MAX_FETCH_COUNT: usize = 1000;
+const MAX_BACKTRACE_FRAMES: usize = 50;
+const MAX_BACKTRACE_CHARS: usize = 10_000;
+
+fn malformed(msg: impl Into<String>) -> OjsError {
+    OjsError::new(ErrorCode::MalformedCommand, msg)
+}
+
+fn json_payload(verb: &str, payload: &str) -> OjsResult<Value> {
+    if payload.is_empty() {
+        return Err(malformed(format!("{verb} needs a JSON payload")));
+    }
+    serde_json::from_str(payload).map_err(|e| malformed(format!("{verb}: invalid JSON: {e}")))
+}
+
+fn json_object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
+    match json_payload(verb, payload)? {
+        Value::Object(m) => Ok(m),
+        _ => Err(malformed(format!("{verb} payload must be a JSON object"))),
+    }
+}
+
+/// `id` (OJS) or `jid` (Faktory) from an object payload.
+fn job_id(verb: &str, obj: &Map<String, Value>) -> OjsResult<String> {
+    match obj.get("id").or_else(|| obj.get("jid")) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(_) => Err(malformed(format!("{verb}: id must be a non-empty string"))),
+        None => Err(malformed(format!("{verb}: id is required"))),
+    }
+}
+
+fn id_payload(verb: &str, payload: &str) -> OjsResult<String> {
+    // `CANCEL <id>` is accepted as well as `CANCEL {"id": ...}`, for people at a terminal.
+    if !payload.starts_with('{') {
+        let id = payload.trim();
+        if id.is_empty() || id.contains(char::is_whitespace) {
+            return Err(malformed(format!("{verb} needs a job id")));
+        }
+        return Ok(id.to_string());
+    }
+    job_id(verb, &json_object(verb, payload)?)
+}
+
+fn single_word(verb: &str, payload: &str, what: &str) -> OjsResult<String> {
+    let mut words = payload.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some(w), None) => Ok(w.to_string()),
+        _ => Err(malformed(format!("{verb} needs exactly one {what}"))),
+    }
+}
+
+/// Normalise a FAIL payload's error to `{type, message, backtrace?}`.
+fn fail_error(obj: &Map<String, Value>) -> OjsResult<Value> {
+    let (etype, message, backtrace) = match obj.get("error") {
+        Some(Value::Object(e)) => (e.get("type"), e.get("message"), e.get("backtrace")),
+        Some(_) => return Err(malformed("FAIL: error must be an object")),
+        // Faktory's flat form.
+        None => (obj.get("errtype"), obj.get("message"), obj.get("backtrace")),
+    };
+    let etype = match etype {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => return Err(malformed("FAIL: error.type must be a non-empty string")),
+    };
+    let message = match message {
+        Some(Value::String(s)) => s.clone(),
+        None => String::new(),
+        _ => return Err(malformed("FAIL: error.message must be a string")),
+    };
+    let mut out = Map::new();
+    out.insert("type".into(), Value::String(etype));
+    out.insert("message".into(), Value::String(message));
+    match backtrace {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(frames)) => {
+            let mut kept = Vec::new();
+            let mut chars = 0;
+            for f in frames.iter().take(MAX_BACKTRACE_FRAMES) {
+                let Value::String(s) = f else {
+                    return Err(malformed("FAIL: backtrace must be an array of strings"));
+                };
+                chars += s.len();
+                if chars > MAX_BACKTRACE_CHARS {
+                    break;
+                }
+                kept.push(Value::String(s.clone()));
+            }
+            out.insert("backtrace".into(), Value::Array(kept));
+        }
+        Some(_) => return Err(malformed("FAIL: backtrace must be an array of strings")),
+    }
+    Ok(Value::Object(out))
+}
+
+fn parse_fetch(payload: &str) -> OjsResult<Command> {
+    let words: Vec<&str> = payload.split_whitespace().collect();
+    let mut queues = Vec::new();
+    let mut count = None;
+    let mut i = 0;
+    while i < words.len() {
+        // Queue names are lowercase, so the uppercase keyword cannot clash with one.
+        if words[i] == "COUNT" {
+            let n = words
+                .get(i + 1)
+                .and_then(|w| w.parse::<usize>().ok())
+                .filter(|n| (1..=MAX_FETCH_COUNT).contains(n))
+                .ok_or_else(|| {
+                    malformed(format!(
+                        "FETCH: COUNT needs a number from 1 to {MAX_FETCH_COUNT}"
+                    ))
+                })?;
+            if i + 2 != words.len() {
+                return Err(malformed("FETCH: COUNT n must come last"));
+            }
+            count = Some(n);
+            break;
+        }
+        queues.push(words[i].to_string());
+        i += 1;
+    }
+    if queues.is_empty() {
+        return Err(malformed("FETCH needs at least one queue name"));
+    }
+    Ok(Command::Fetch { queues, count })
+}
+
+fn parse_dead(payload: &str) -> OjsResult<Command> {
+    let (sub, rest) = split_verb(payload);
+    match sub.to_ascii_uppercase().as_str() {
+        "LIST" => {
+            let opts = if rest.is_empty() {
+                Map::new()
+            } else {
+                json_object("DEAD LIST", rest)?
+            };
+            let text = |k: &str| -> OjsResult<Option<String>> {
+                match opts.get(k) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(malformed(format!("DEAD LIST: {k} must be a string"))),
+                }
+            };
+            let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
+                match opts.get(k) {
+                    None | Some(Value::Null) => Ok(default),
+                    Some(v) => v.as_u64().map(|n| (n as usize).min(max)).ok_or_else(|| {
+                        malformed(format!("DEAD LIST: {k} must be a non-negative integer"))
+                    }),
+                }
+            };
+            Ok(Command::Dead(DeadCmd::List {
+                queue: text("queue")?,
+                job_type: text("type")?,
+                limit: num("limit", 50, 1000)?,
+                offset: num("offset", 0, usize::MAX)?,
+            }))
+        }
+        "RETRY" => Ok(Command::Dead(DeadCmd::Retry(single_word(
+            "DEAD RETRY",
+            rest,
+            "job id",
+        )?))),
+        "DELETE" => Ok(Command::Dead(DeadCmd::Delete(single_word(
+            "DEAD DELETE",
+            rest,
+            "job id",
+        )?))),
+        _ => Err(malformed("DEAD needs LIST, RETRY or DELETE")),
+    }
+}
+
+fn split_verb(line: &str) -> (&str, &str) {
+    match line.find(' ') {
+        Some(i) => (&line[..i], line[i + 1..].trim_start()),
+        None => (line, ""),
+    }
+}
+
+/// Parse one line (without its line ending).
+pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
+    let line =
+        std::str::from_utf8(line).map_err(|_| malformed("command line is not valid UTF-8"))?;
+    let line = line.trim_end();
+    let (verb, payload) = split_verb(line.trim_start());
+    let upper = verb.to_ascii_uppercase();
+    match upper.as_str() {
+        "" => Err(malformed("empty command line")),
+        "HELLO" => Ok(Command::Hello(Value::Object(json_object(
+            "HELLO", payload,
+        )?))),
+        "PUSH" => {
+            let job = json_payload("PUSH", payload)?;
+            Ok(Command::Push {
+                job,
+                len: payload.len(),
+            })
+        }
+        "PUSHB" => {
+            let raws: Vec<Box<RawValue>> = serde_json::from_str(payload)
+                .map_err(|e| malformed(format!("PUSHB payload must be a JSON array: {e}")))?;
+            if raws.is_empty() {
+                return Err(malformed("PUSHB needs at least one job"));
+            }
+            let mut jobs = Vec::with_capacity(raws.len());
+            for raw in raws {
+                let len = raw.get().len();
+                let v: Value = serde_json::from_str(raw.get())
+                    .map_err(|e| malformed(format!("PUSHB: invalid JSON: {e}")))?;
+                jobs.push((v, len));
+            }
+            Ok(Command::PushBatch(jobs))
+        }
+        "FETCH" => parse_fetch(payload),
+        "ACK" => {
+            let obj = json_object("ACK", payload)?;
+            let id = job_id("ACK", &obj)?;
+            Ok(Command::Ack {
+                id,
+                result: obj.get("result").cloned(),
+            })
+        }
+        "FAIL" => {
+            let obj = json_object("FAIL", payload)?;
+            let id = job_id("FAIL", &obj)?;
+            Ok(Command::Fail {
+                id,
+                error: fail_error(&obj)?,
+            })
+        }
+        "BEAT" => {
+            let obj = json_object("BEAT", payload)?;
+            let wid = match obj.get("wid").or_else(|| obj.get("worker_id")) {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                _ => return Err(malformed("BEAT: wid must be a non-empty string")),
+            };
+            let active_job_ids = match obj.get("active_job_ids") {
+                None | Some(Value::Null) => None,
+                Some(Value::Array(a)) => Some(
+                    a.iter()
+                        .map(|v| v.as_str().map(str::to_string))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| malformed("BEAT: active_job_ids must be strings"))?,
+                ),
+                Some(_) => return Err(malformed("BEAT: active_job_ids must be an array")),
+            };
+            Ok(Command::Beat {
+                wid,
+                active_job_ids,
+            })
+        }
+        "CANCEL" => Ok(Command::Cancel {
+            id: id_payload("CANCEL", payload)?,
+        }),
+        "ACTIVATE" => Ok(Command::Activate {
+            id: id_payload("ACTIVATE", payload)?,
+        }),
+        "JOB" => Ok(Command::Job {
+            id: single_word("JOB", payload, "job id")?,
+        }),
+        "INFO" => Ok(Command::Info),
+        "QUEUE" => {
+            let (sub, rest) = split_verb(payload);
+            let names: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+            if names.is_empty() {
+                return Err(malformed(
+                    "QUEUE PAUSE|RESUME needs at least one queue name",
+                ));
+            }
+            match sub.to_ascii_uppercase().as_str() {
+                "PAUSE" => Ok(Command::Queue(QueueCmd::Pause(names))),
+                "RESUME" => Ok(Command::Queue(QueueCmd::Resume(names))),
+                _ => Err(malformed("QUEUE needs PAUSE or RESUME")),
+            }
+        }
+        "DEAD" => parse_dead(payload),
+        "WORKER" => {
+            let (sub, rest) = split_verb(payload);
+            let wid = single_word("WORKER", rest, "worker id")?;
+            let directive = match sub.to_ascii_uppercase().as_str() {
+                "QUIET" => WorkerDirective::Quiet,
+                "TERMINATE" => WorkerDirective::Terminate,
+                _ => return Err(malformed("WORKER needs QUIET or TERMINATE")),
+            };
+            Ok(Command::Worker { wid, directive })
+        }
+        "CLOCK" => {
+            let (sub, rest) = split_verb(payload);
+            if !sub.eq_ignore_ascii_case("ADVANCE") {
+                return Err(malformed("CLOCK needs ADVANCE <seconds>"));
+            }
+            let secs: f64 = rest
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s >= 0.0 && *s < 1e10)
+                .ok_or_else(|| malformed("CLOCK ADVANCE needs a non-negative number of seconds"))?;
+            Ok(Command::ClockAdvance {
+                ms: (secs * 1000.0) as i64,
+            })
+        }
+        "END" => Ok(Command::End),
+        _ => {
+            let shown: String = verb.chars().take(32).collect();
+            Err(OjsError::new(
+                ErrorCode::UnknownCommand,
+                format!("unknown command {shown}"),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn code(line: &str) -> ErrorCode {
+        parse_command(line.as_bytes()).unwrap_err().code
+    }
+
+    #[test]
+    fn parses_the_core_commands() {
+        assert_eq!(
+            parse_command(br#"PUSH {"type":"a","args":[]}"#).unwrap(),
+            Command::Push {
+                job: json!({"type":"a","args":[]}),
+                len: 22
+            }
+        );
+        assert_eq!(
+            parse_command(b"FETCH critical default COUNT 5").unwrap(),
+            Command::Fetch {
+                queues: vec!["critical".into(), "default".into()],
+                count: Some(5)
+            }
+        );
+        assert_eq!(
+            parse_command(br#"ack {"jid":"x","result":1}"#).unwrap(),
+            Command::Ack {
+                id: "x".into(),
+                result: Some(json!(1))
+            }
+        );
+        assert_eq!(
+            parse_command(b"CANCEL abc").unwrap(),
+            Command::Cancel { id: "abc".into() }
+        );
+        assert_eq!(parse_command(b"END").unwrap(), Command::End);
+    }
+
+    #[test]
+    fn pushb_keeps_each_jobs_size() {
+        match parse_command(br#"PUSHB [{"a":1}, {"bb":22}]"#).unwrap() {
+            Command::PushBatch(jobs) => {
+                assert_eq!(jobs.iter().map(|j| j.1).collect::<Vec<_>>(), vec![7, 9]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn fail_accepts_ojs_and_faktory_shapes() {
+        let ojs = parse_command(
+            br#"FAIL {"id":"x","error":{"type":"E","message":"m","backtrace":["a"]}}"#,
+        )
+        .unwrap();
+        let fak =
+            parse_command(br#"FAIL {"jid":"x","errtype":"E","message":"m","backtrace":["a"]}"#)
+                .unwrap();
+        assert_eq!(ojs, fak);
+    }
+
+    #[test]
+    fn bad_input_gets_a_code() {
+        assert_eq!(code("NOPE"), ErrorCode::UnknownCommand);
+        assert_eq!(code("PUSH {oops"), ErrorCode::MalformedCommand);
+        assert_eq!(code("PUSH"), ErrorCode::MalformedCommand);
+        assert_eq!(code("FETCH"), ErrorCode::MalformedCommand);
+        assert_eq!(code("FETCH q COUNT 0"), ErrorCode::MalformedCommand);
+        assert_eq!(code("FETCH q COUNT 5 x"), ErrorCode::MalformedCommand);
+        assert_eq!(code(r#"ACK {"result":1}"#), ErrorCode::MalformedCommand);
+        assert_eq!(code(r#"ACK [1]"#), ErrorCode::MalformedCommand);
+        assert_eq!(
+            code(r#"FAIL {"id":"x","error":{"message":"m"}}"#),
+            ErrorCode::MalformedCommand
+        );
+        assert_eq!(code("PUSHB []"), ErrorCode::MalformedCommand);
+        assert_eq!(code("QUEUE PAUSE"), ErrorCode::MalformedCommand);
+        assert_eq!(code(""), ErrorCode::MalformedCommand);
+        assert_eq!(
+            parse_command(&[0xff, 0xfe, b' ', b'x']).unwrap_err().code,
+            ErrorCode::MalformedCommand
+        );
+    }
+}

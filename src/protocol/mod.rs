@@ -1,0 +1,10 @@
+//! The wire protocol: line framing (codec), command parsing and reply encoding.
+//! Nothing here knows about job states or storage.
+
+pub mod codec;
+pub mod command;
+pub mod reply;
+
+pub use codec::{Frame, LineCodec};
+pub use command::{parse_command, Command, DeadCmd, QueueCmd};
+pub use reply::Reply;

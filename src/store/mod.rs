@@ -1,0 +1,104 @@
+//! Persistence behind one narrow trait. Only `sled_store.rs` names sled, so another engine
+//! could replace it without touching the engine.
+//!
+//! The key space is flat and prefixed so that one atomic batch can cover every kind of
+//! record: `j/<16-byte uuid>` job bodies, `m/<name>` small engine metadata, and further
+//! prefixes added by later features (the event log).
+
+mod sled_store;
+
+pub use sled_store::SledStore;
+
+use std::fmt;
+
+#[derive(Debug)]
+pub struct StoreError(pub String);
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "store: {}", self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError(e.to_string())
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Record kinds, each its own key prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    Job,
+    Meta,
+    Event,
+}
+
+impl Space {
+    pub fn prefix(self) -> &'static [u8] {
+        match self {
+            Space::Job => b"j/",
+            Space::Meta => b"m/",
+            Space::Event => b"e/",
+        }
+    }
+
+    pub fn key(self, suffix: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(2 + suffix.len());
+        k.extend_from_slice(self.prefix());
+        k.extend_from_slice(suffix);
+        k
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+}
+
+/// The writes of one group commit, applied atomically.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub ops: Vec<Op>,
+}
+
+impl Batch {
+    pub fn put(&mut self, space: Space, key: &[u8], value: Vec<u8>) {
+        self.ops.push(Op::Put(space.key(key), value));
+    }
+
+    pub fn delete(&mut self, space: Space, key: &[u8]) {
+        self.ops.push(Op::Delete(space.key(key)));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+pub trait Store: Send {
+    /// Apply every op atomically and make it durable before returning.
+    fn commit(&mut self, batch: Batch) -> StoreResult<()>;
+    fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
+    /// Visit every record of a space in key order; the callback gets the key without prefix.
+    fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()>;
+    /// Visit records of a space whose key (without prefix) is >= `from`, in key order, until
+    /// the callback returns false.
+    fn scan_from(
+        &self,
+        space: Space,
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> StoreResult<()>;
+    /// Bytes the store occupies on disk.
+    fn size_on_disk(&self) -> StoreResult<u64>;
+}
