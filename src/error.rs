@@ -17,6 +17,8 @@ pub enum ErrorCode {
     DuplicateJob,
     /// The job is reserved by another worker (custom code, ojs-errors §8).
     NotOwner,
+    /// A subscription cursor points before the oldest event kept (custom code).
+    CursorExpired,
     // §4.3 auth
     Unauthenticated,
     // §4.4 resource
@@ -44,6 +46,7 @@ impl ErrorCode {
             ErrorCode::InvalidRetryPolicy => "INVALID_RETRY_POLICY",
             ErrorCode::DuplicateJob => "DUPLICATE_JOB",
             ErrorCode::NotOwner => "NOT_OWNER",
+            ErrorCode::CursorExpired => "CURSOR_EXPIRED",
             ErrorCode::Unauthenticated => "UNAUTHENTICATED",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",

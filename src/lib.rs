@@ -4,6 +4,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod job;
 pub mod protocol;
 pub mod server;

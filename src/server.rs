@@ -27,6 +27,8 @@ const PIPELINE_DEPTH: usize = 256;
 enum Pending {
     Ready(Reply),
     Wait(oneshot::Receiver<Reply>),
+    /// From here on the connection is an event stream.
+    Subscribe(crate::events::EventFilter, crate::events::Start),
 }
 
 /// A listener with a deep backlog, so a burst of a thousand connecting workers is not refused.
@@ -160,11 +162,15 @@ async fn connection(
 
     let (mut sink, mut lines) = framed.split();
     let (tx, mut rx) = mpsc::channel::<Pending>(PIPELINE_DEPTH);
+    let stream_engine = engine.clone();
     let writer = tokio::spawn(async move {
         while let Some(p) = rx.recv().await {
             let reply = match p {
                 Pending::Ready(r) => r,
                 Pending::Wait(w) => w.await.unwrap_or_else(|_| unavailable()),
+                Pending::Subscribe(filter, start) => {
+                    return stream_events(&mut sink, &mut rx, stream_engine, filter, start).await;
+                }
             };
             sink.feed(reply).await?;
             if rx.is_empty() {
@@ -175,7 +181,17 @@ async fn connection(
         Ok::<_, std::io::Error>(())
     });
 
+    let mut streaming = false;
     while let Some(frame) = lines.next().await {
+        if streaming {
+            // An event stream only listens for END (or the socket closing).
+            if let Ok(Frame::Line(line)) = &frame {
+                if matches!(parse_command(line), Ok(Command::End)) {
+                    break;
+                }
+            }
+            continue;
+        }
         let pending = match frame {
             Err(e) => {
                 tracing::debug!(error = %e, "read error");
@@ -187,6 +203,10 @@ async fn connection(
             )),
             Ok(Frame::Line(line)) => match parse_command(&line) {
                 Ok(Command::End) => break,
+                Ok(Command::Subscribe { filter, start }) => {
+                    streaming = true;
+                    Pending::Subscribe(filter, start)
+                }
                 Ok(Command::Hello(_)) => {
                     Pending::Ready(err(ErrorCode::MalformedCommand, "HELLO was already sent"))
                 }
@@ -199,6 +219,9 @@ async fn connection(
         }
     }
     drop(tx);
+    if let Some(w) = wid {
+        engine.disconnect_worker(w);
+    }
     match writer.await {
         Ok(r) => r,
         Err(e) => Err(std::io::Error::other(e)),
@@ -217,5 +240,34 @@ mod tests {
         let twice = hex::encode(Sha256::digest(Sha256::digest(b"secretabc")));
         assert_eq!(password_hash("secret", "abc", 2), twice);
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
+    }
+}
+
+type Sink = futures_util::stream::SplitSink<Framed<TcpStream, LineCodec>, Reply>;
+
+/// Send `+OK`, then every matching event as a bulk string, until the client leaves.
+async fn stream_events(
+    sink: &mut Sink,
+    rx: &mut mpsc::Receiver<Pending>,
+    engine: EngineHandle,
+    filter: crate::events::EventFilter,
+    start: crate::events::Start,
+) -> std::io::Result<()> {
+    let mut sub = crate::events::Subscription::new(engine, filter, start);
+    sink.send(Reply::Ok).await?;
+    loop {
+        tokio::select! {
+            ev = sub.next() => match ev {
+                Ok(e) => sink.send(Reply::Bulk(e.json)).await?,
+                Err(e) => {
+                    sink.send(Reply::Error(e)).await?;
+                    return Ok(());
+                }
+            },
+            // The reader dropped its end: END or the socket closed.
+            msg = rx.recv() => if msg.is_none() {
+                return Ok(());
+            },
+        }
     }
 }

@@ -1,9 +1,11 @@
 //! Heartbeats, INFO, queue pause/resume and the dead-letter set.
 
+use super::events::job_data;
 use super::index::TimerKind;
 use super::txn::{Out, Txn};
 use super::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::events::Component;
 use crate::job::{format_ts, State};
 use crate::protocol::command::{DeadCmd, QueueCmd, WorkerDirective};
 use crate::protocol::Reply;
@@ -16,24 +18,127 @@ pub(super) const PAUSED_PREFIX: &str = "paused/";
 impl Engine {
     /// BEAT: a sign of life that also extends the reservations of every job the worker holds
     /// (ojs-retry §9.3), answered with the pending directive if there is one.
-    pub(super) fn beat(&mut self, wid: &str, _reported: Option<&[String]>) -> Reply {
+    pub(super) fn beat(&mut self, txn: &mut Txn, wid: &str, _reported: Option<&[String]>) -> Reply {
         let w: Arc<str> = Arc::from(wid);
         let now_ms = self.now_ms();
         self.workers.touch(&w, now_ms);
-        for id in self.workers.held(wid) {
-            let Some(e) = self.index.jobs.get(&id) else {
+        let held = self.workers.held(wid);
+        for id in &held {
+            let Some(e) = self.index.jobs.get(id) else {
                 continue;
             };
-            if e.state == State::Active {
-                let due = now_ms.saturating_add(e.timeout_ms);
-                self.index.set_timer(id, Some((due, TimerKind::Visibility)));
+            if e.state != State::Active {
+                continue;
+            }
+            let due = now_ms.saturating_add(e.timeout_ms);
+            self.index
+                .set_timer(*id, Some((due, TimerKind::Visibility)));
+            if let Ok(Some(job)) = txn.job(self.store.as_ref(), *id) {
+                let until = chrono::DateTime::from_timestamp_millis(due).map(format_ts);
+                let extra =
+                    json!({"worker_id": wid, "attempt": job.attempt, "visible_until": until});
+                self.emit_with(
+                    txn,
+                    "job.heartbeat",
+                    Component::Worker(Some(wid)),
+                    job_data(&job),
+                    extra,
+                );
             }
         }
-        match self.workers.directive(wid) {
+        let directive = self.workers.directive(wid);
+        let state = directive_name(directive);
+        let queues = self
+            .workers
+            .get(wid)
+            .and_then(|r| r.info.get("queues").cloned())
+            .unwrap_or(json!([]));
+        let data =
+            json!({"worker_id": wid, "active_jobs": held.len(), "queues": queues, "state": state});
+        self.emit_plain(
+            txn,
+            "worker.heartbeat",
+            Component::Worker(Some(wid)),
+            wid,
+            data,
+        );
+        match directive {
             None => Reply::Ok,
-            Some(WorkerDirective::Quiet) => Reply::json(&json!({"state": "quiet"})),
-            Some(WorkerDirective::Terminate) => Reply::json(&json!({"state": "terminate"})),
+            Some(_) => Reply::json(&json!({"state": state})),
         }
+    }
+
+    /// HELLO with a `wid`: the first connection of a worker announces it.
+    pub(super) fn worker_hello(&mut self, txn: &mut Txn, wid: Arc<str>, info: Value) {
+        let now = self.now_ms();
+        let queues = info.get("queues").cloned().unwrap_or(json!([]));
+        let concurrency = info.get("concurrency").cloned().unwrap_or(json!(1));
+        let hostname = info.get("hostname").cloned();
+        if self.workers.register(wid.clone(), info, now) {
+            let data = json!({"worker_id": &*wid, "queues": queues, "concurrency": concurrency, "hostname": hostname});
+            self.emit_plain(
+                txn,
+                "worker.started",
+                Component::Worker(Some(&wid)),
+                &wid,
+                data,
+            );
+        }
+    }
+
+    pub(super) fn worker_gone(&mut self, txn: &mut Txn, wid: Arc<str>) {
+        if let Some((completed, started)) = self.workers.disconnect(&wid) {
+            let data = json!({"worker_id": &*wid, "reason": "shutdown", "jobs_completed": completed,
+                "uptime_ms": (self.now_ms() - started).max(0)});
+            self.emit_plain(
+                txn,
+                "worker.stopped",
+                Component::Worker(Some(&wid)),
+                &wid,
+                data,
+            );
+        }
+    }
+
+    pub(super) fn direct_worker(
+        &mut self,
+        txn: &mut Txn,
+        wid: &str,
+        d: WorkerDirective,
+    ) -> OjsResult<()> {
+        let before = self.workers.directive(wid);
+        self.workers.direct(wid, d)?;
+        if d == WorkerDirective::Quiet && before.is_none() {
+            let active = self.workers.held(wid).len();
+            let data = json!({"worker_id": wid, "active_jobs": active});
+            self.emit_plain(txn, "worker.quiet", Component::Api, wid, data);
+        }
+        Ok(())
+    }
+
+    /// PROGRESS from the worker holding a job (ojs-events `job.progress`).
+    pub(super) fn progress(
+        &mut self,
+        txn: &mut Txn,
+        wid: Option<&Arc<str>>,
+        id: &str,
+        percent: f64,
+        message: Option<String>,
+    ) -> OjsResult<()> {
+        let uid = self.active_job(id, wid, "PROGRESS")?;
+        let job = txn
+            .job(self.store.as_ref(), uid)?
+            .ok_or_else(|| super::jobs::not_found(id))?;
+        let extra = json!({"worker_id": job.worker_id, "attempt": job.attempt,
+            "progress_percent": percent, "progress_message": message});
+        self.emit_with(
+            txn,
+            "job.progress",
+            Component::Worker(wid.map(|w| &**w)),
+            job_data(&job),
+            extra,
+        );
+        Ok(())
     }
 
     pub(super) fn info(&self) -> Reply {
@@ -50,11 +155,7 @@ impl Engine {
             .workers
             .iter()
             .map(|(wid, w)| {
-                let state = match w.directive {
-                    None => "running",
-                    Some(WorkerDirective::Quiet) => "quiet",
-                    Some(WorkerDirective::Terminate) => "terminate",
-                };
+                let state = directive_name(w.directive);
                 let last = chrono::DateTime::from_timestamp_millis(w.last_seen).map(format_ts);
                 json!({"wid": &**wid, "state": state, "last_seen": last,
                        "active_jobs": w.held.len(), "info": w.info})
@@ -83,7 +184,12 @@ impl Engine {
         }))
     }
 
-    pub(super) fn queue_cmd(&mut self, txn: &mut Txn, cmd: QueueCmd) -> OjsResult<()> {
+    pub(super) fn queue_cmd(
+        &mut self,
+        txn: &mut Txn,
+        cmd: QueueCmd,
+        actor: Option<&Arc<str>>,
+    ) -> OjsResult<()> {
         let (names, pause) = match cmd {
             QueueCmd::Pause(n) => (n, true),
             QueueCmd::Resume(n) => (n, false),
@@ -94,9 +200,22 @@ impl Engine {
                 format!("invalid queue name {bad:?}"),
             ));
         }
+        let by = actor
+            .map(|a| format!("worker:{a}"))
+            .unwrap_or_else(|| "api".into());
         for name in names {
             let qid = self.index.queue_id(&name);
+            if self.index.queue(qid).paused == pause {
+                continue;
+            }
             self.index.queue_mut(qid).paused = pause;
+            let (kind, field) = if pause {
+                ("queue.paused", "paused_by")
+            } else {
+                ("queue.resumed", "resumed_by")
+            };
+            let data = json!({"queue": &name, field: &by});
+            self.emit_plain(txn, kind, Component::Api, &name, data);
             let key = format!("{PAUSED_PREFIX}{name}");
             if pause {
                 txn.batch.put(Space::Meta, key.as_bytes(), vec![1]);
@@ -172,7 +291,7 @@ impl Engine {
                 job.completed_at = None;
                 job.started_at = None;
                 self.index.dead.retain(|(_, id)| *id != uid);
-                self.make_available(txn, uid)?;
+                self.make_available(txn, uid, Some(crate::events::Component::Api))?;
                 Ok(Out::Reply(Reply::Ok))
             }
             DeadCmd::Delete(id) => {
@@ -181,5 +300,13 @@ impl Engine {
                 Ok(Out::Reply(Reply::Ok))
             }
         }
+    }
+}
+
+fn directive_name(d: Option<WorkerDirective>) -> &'static str {
+    match d {
+        None => "running",
+        Some(WorkerDirective::Quiet) => "quiet",
+        Some(WorkerDirective::Terminate) => "terminate",
     }
 }

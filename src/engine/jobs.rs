@@ -1,10 +1,13 @@
 //! Job lifecycle operations (ojs-core §6, §7): every state change goes through here, and
 //! each one checks the transition table before touching anything.
 
+use super::events::job_data;
 use super::index::{Entry, TimerKind};
+use super::metrics::Observe;
 use super::txn::Txn;
 use super::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::events::Component;
 use crate::job::retry::RetryDecision;
 use crate::job::validate::{parse_new_job, NewJob};
 use crate::job::{format_ts, State};
@@ -77,6 +80,24 @@ impl Engine {
                 .saturating_mul(1000),
         };
         self.index.insert(id, entry);
+        match state {
+            State::Available => {
+                self.emit_job(
+                    txn,
+                    "job.enqueued",
+                    Component::Api,
+                    &job,
+                    json!({"priority": job.priority}),
+                );
+                self.metrics
+                    .observe(&job.job_type, &job.queue, Observe::Enqueued);
+            }
+            State::Scheduled => {
+                let at = json!({"scheduled_at": job.scheduled_at});
+                self.emit_job(txn, "job.scheduled", Component::Api, &job, at);
+            }
+            _ => {} // pending: announced by ACTIVATE
+        }
         txn.jobs.insert(id, Some(job));
         self.stats.enqueued += 1;
     }
@@ -178,6 +199,20 @@ impl Engine {
         job.attempt = job.attempt.saturating_add(1);
         job.started_at = Some(now);
         job.worker_id = wid.map(|w| w.to_string());
+        let wait_ms = job
+            .enqueued_at
+            .map(|t| (now - t).num_milliseconds() as f64)
+            .unwrap_or(0.0);
+        let data = job_data(job);
+        let extra = json!({"worker_id": job.worker_id, "attempt": job.attempt});
+        self.observe(&data, Observe::Started { wait_ms });
+        self.emit_with(
+            txn,
+            "job.started",
+            Component::Worker(wid.map(|w| &**w)),
+            data,
+            extra,
+        );
         let timeout = self.index.jobs.get(&id).map(|e| e.timeout_ms).unwrap_or(0);
         self.index.set_state(
             id,
@@ -194,7 +229,7 @@ impl Engine {
     }
 
     /// The active job a worker reports on, after checking state and reservation owner.
-    fn active_job(&self, id: &str, wid: Option<&Arc<str>>, op: &str) -> OjsResult<Uuid> {
+    pub(super) fn active_job(&self, id: &str, wid: Option<&Arc<str>>, op: &str) -> OjsResult<Uuid> {
         let uid = parse_id(id)?;
         let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
         if e.state != State::Active {
@@ -239,11 +274,33 @@ impl Engine {
         }
         let now = self.now;
         let job = txn.job_mut(self.store.as_ref(), uid)?;
+        let duration_ms = job
+            .started_at
+            .map(|t| (now - t).num_milliseconds())
+            .unwrap_or(0);
+        let extra = json!({"duration_ms": duration_ms, "attempt": job.attempt, "result": result});
         job.state = State::Completed;
         job.completed_at = Some(now);
         job.result = result;
         job.error = None;
         job.worker_id = None;
+        let data = job_data(job);
+        self.observe(
+            &data,
+            Observe::Completed {
+                duration_ms: duration_ms as f64,
+            },
+        );
+        self.emit_with(
+            txn,
+            "job.completed",
+            Component::Worker(wid.map(|w| &**w)),
+            data,
+            extra,
+        );
+        if let Some(w) = wid {
+            self.workers.completed(w);
+        }
         let prune = self
             .now_ms()
             .saturating_add(self.cfg.retention.as_millis() as i64);
@@ -264,7 +321,7 @@ impl Engine {
         let uid = self.active_job(id, wid, "FAIL")?;
         self.stats.failed += 1;
         self.release(uid);
-        self.failed_attempt(txn, uid, error, false)
+        self.failed_attempt(txn, uid, error, false, Component::Worker(wid.map(|w| &**w)))
     }
 
     /// Record a failed attempt and apply the retry policy (ojs-retry §2-§6). `lost` marks an
@@ -276,11 +333,13 @@ impl Engine {
         uid: Uuid,
         error: Value,
         lost: bool,
+        from: Component<'_>,
     ) -> OjsResult<()> {
         let now = self.now;
         let now_ms = self.now_ms();
         let sample: f64 = rand::random();
         let job = txn.job_mut(self.store.as_ref(), uid)?;
+        let duration_ms = job.started_at.map(|t| (now - t).num_milliseconds());
         let etype = error
             .get("type")
             .and_then(Value::as_str)
@@ -291,13 +350,25 @@ impl Engine {
             m.insert("timestamp".into(), json!(format_ts(now)));
         }
         job.push_error(entry);
-        job.error = Some(error);
+        job.error = Some(error.clone());
         job.worker_id = None;
         let decision = job.retry.decide(
             job.attempt,
             if lost { None } else { etype.as_deref() },
             sample,
         );
+        let attempt = job.attempt;
+        let max_attempts = job.retry.max_attempts;
+        let data = job_data(job);
+        let code = etype.clone().unwrap_or_else(|| "error".into());
+        let message = error.get("message").cloned().unwrap_or(json!(""));
+        let mut event_error = json!({"code": code, "message": message,
+            "retryable": matches!(decision, RetryDecision::Retry { .. })});
+        if let Some(Value::Array(frames)) = error.get("backtrace") {
+            let lines: Vec<&str> = frames.iter().filter_map(Value::as_str).collect();
+            event_error["stack_trace"] = json!(lines.join("\n"));
+        }
+        let mut retry_at = None;
         match decision {
             RetryDecision::Retry { delay } if lost => {
                 let _ = delay;
@@ -311,6 +382,7 @@ impl Engine {
                 let at = now + chrono::Duration::milliseconds(delay.as_millis() as i64);
                 job.state = State::Retryable;
                 job.next_retry_at = Some(at);
+                retry_at = Some(at);
                 self.index.set_state(
                     uid,
                     State::Retryable,
@@ -323,6 +395,25 @@ impl Engine {
                 job.completed_at = Some(now);
                 self.discarded(txn, uid, now_ms);
             }
+        }
+        let exhausted = matches!(decision, RetryDecision::Exhausted);
+        self.observe(
+            &data,
+            Observe::Failed {
+                duration_ms: duration_ms.map(|d| d as f64),
+                discarded: exhausted,
+            },
+        );
+        let failed = json!({"attempt": attempt, "error": event_error, "duration_ms": duration_ms});
+        self.emit_with(txn, "job.failed", from, data.clone(), failed);
+        let short = json!({"code": code, "message": message});
+        if let Some(at) = retry_at {
+            let extra = json!({"attempt": attempt, "max_attempts": max_attempts,
+                "next_retry_at": format_ts(at), "error": short});
+            self.emit_with(txn, "job.retrying", from, data, extra);
+        } else if exhausted {
+            let extra = json!({"total_attempts": attempt, "last_error": short});
+            self.emit_with(txn, "job.discarded", from, data, extra);
         }
         Ok(())
     }
@@ -367,12 +458,23 @@ impl Engine {
         job.state = State::Discarded;
         job.discarded_at = Some(now);
         job.completed_at = Some(now);
+        let ttl_ms = job
+            .expires_time()
+            .map(|t| (t - job.created_at).num_milliseconds());
+        let extra = json!({"created_at": format_ts(job.created_at), "expired_at": format_ts(now), "ttl_ms": ttl_ms});
+        let data = job_data(job);
         let now_ms = self.now_ms();
         self.discarded(txn, uid, now_ms);
+        self.emit_with(txn, "job.expired", Component::Scheduler, data, extra);
         Ok(())
     }
 
-    pub(super) fn cancel(&mut self, txn: &mut Txn, id: &str) -> OjsResult<()> {
+    pub(super) fn cancel(
+        &mut self,
+        txn: &mut Txn,
+        id: &str,
+        actor: Option<&Arc<str>>,
+    ) -> OjsResult<()> {
         let uid = parse_id(id)?;
         let state = self
             .index
@@ -388,6 +490,17 @@ impl Engine {
         job.state = State::Cancelled;
         job.cancelled_at = Some(now);
         job.worker_id = None;
+        let data = job_data(job);
+        let by = actor
+            .map(|a| format!("worker:{a}"))
+            .unwrap_or_else(|| "api".into());
+        self.emit_with(
+            txn,
+            "job.cancelled",
+            Component::Api,
+            data,
+            json!({"cancelled_by": by}),
+        );
         let prune = self
             .now_ms()
             .saturating_add(self.cfg.retention.as_millis() as i64);
@@ -408,18 +521,30 @@ impl Engine {
         if state != State::Pending {
             return Err(wrong_state(uid, state, "ACTIVATE", "pending"));
         }
-        self.make_available(txn, uid)
+        self.make_available(txn, uid, Some(Component::Api))
     }
 
-    /// scheduled/retryable/pending → available.
-    pub(super) fn make_available(&mut self, txn: &mut Txn, uid: Uuid) -> OjsResult<()> {
+    /// scheduled/retryable/pending/discarded → available. `announce` emits `job.enqueued`:
+    /// a job placed into a queue is announced, a retry coming due is not (ojs-events §10.2
+    /// goes from `job.retrying` straight to `job.started`).
+    pub(super) fn make_available(
+        &mut self,
+        txn: &mut Txn,
+        uid: Uuid,
+        announce: Option<Component<'_>>,
+    ) -> OjsResult<()> {
         let now = self.now;
         let job = txn.job_mut(self.store.as_ref(), uid)?;
         job.state = State::Available;
         job.enqueued_at = Some(now);
         job.next_retry_at = None;
+        let data = announce.map(|_| (job_data(job), json!({"priority": job.priority})));
         self.index.set_state(uid, State::Available, None);
         self.woke = true;
+        if let (Some(from), Some((data, extra))) = (announce, data) {
+            self.observe(&data, Observe::Enqueued);
+            self.emit_with(txn, "job.enqueued", from, data, extra);
+        }
         Ok(())
     }
 
@@ -441,7 +566,8 @@ impl Engine {
         message: String,
     ) -> OjsResult<()> {
         self.release(uid);
-        self.failed_attempt(txn, uid, json!({"type": etype, "message": message}), true)
+        let error = json!({"type": etype, "message": message});
+        self.failed_attempt(txn, uid, error, true, Component::Scheduler)
     }
 
     pub(super) fn run_timers(&mut self, txn: &mut Txn) {
@@ -464,9 +590,12 @@ impl Engine {
                 continue;
             }
             let res = match kind {
-                TimerKind::Promote if matches!(state, State::Scheduled | State::Retryable) => {
-                    self.make_available(txn, uid)
-                }
+                TimerKind::Promote if matches!(state, State::Scheduled | State::Retryable) => self
+                    .make_available(
+                        txn,
+                        uid,
+                        (state == State::Scheduled).then_some(Component::Scheduler),
+                    ),
                 TimerKind::Visibility if state == State::Active => {
                     let secs = e.timeout_ms / 1000;
                     self.lost(
@@ -494,7 +623,17 @@ impl Engine {
     /// Jobs of workers that stopped talking go back to the queue (ojs-worker-protocol §10).
     pub(super) fn sweep_workers(&mut self, txn: &mut Txn) {
         let cutoff = self.now_ms() - self.cfg.heartbeat_timeout.as_millis() as i64;
-        for (wid, held) in self.workers.reap(cutoff) {
+        for (wid, held, connected) in self.workers.reap(cutoff) {
+            if connected {
+                let data = json!({"worker_id": &*wid, "reason": "error"});
+                self.emit_plain(
+                    txn,
+                    "worker.stopped",
+                    Component::Worker(Some(&wid)),
+                    &wid,
+                    data,
+                );
+            }
             tracing::warn!(worker = %wid, jobs = held.len(), "worker missed its heartbeats; requeueing its jobs");
             for uid in held {
                 let active = self

@@ -5,13 +5,16 @@
 
 mod admin;
 mod clock;
+mod events;
 mod index;
 mod jobs;
+mod metrics;
 mod rebuild;
 mod txn;
 mod workers;
 
 pub use clock::Clock;
+pub use events::{EventConfig, Page};
 
 use crate::error::{ErrorCode, OjsError};
 use crate::job::validate::Limits;
@@ -45,6 +48,7 @@ pub struct Config {
     /// Most commands applied in one group commit.
     pub max_batch: usize,
     pub test_clock: bool,
+    pub events: EventConfig,
 }
 
 impl Default for Config {
@@ -59,6 +63,7 @@ impl Default for Config {
             fetch_wait: Duration::from_secs(2),
             max_batch: 4096,
             test_clock: false,
+            events: EventConfig::default(),
         }
     }
 }
@@ -75,6 +80,21 @@ enum Msg {
     Register {
         wid: Arc<str>,
         info: serde_json::Value,
+    },
+    /// A connection that said HELLO with this `wid` closed.
+    Disconnect {
+        wid: Arc<str>,
+    },
+    /// Read the event log (and optionally join the live feed); answered between batches.
+    Events {
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+        limit: usize,
+        live: bool,
+        reply: oneshot::Sender<Result<Page, OjsError>>,
+    },
+    Metrics {
+        reply: oneshot::Sender<String>,
     },
     Shutdown,
 }
@@ -108,6 +128,48 @@ impl EngineHandle {
 
     pub fn register_worker(&self, wid: Arc<str>, info: serde_json::Value) {
         let _ = self.tx.send(Msg::Register { wid, info });
+    }
+
+    pub fn disconnect_worker(&self, wid: Arc<str>) {
+        let _ = self.tx.send(Msg::Disconnect { wid });
+    }
+
+    /// Read up to `limit` events matching `filter` from `start`; with `live`, also join the
+    /// live feed when the read reaches the head of the log.
+    pub async fn events(
+        &self,
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+        limit: usize,
+        live: bool,
+    ) -> Result<Page, OjsError> {
+        let (reply, rx) = oneshot::channel();
+        let msg = Msg::Events {
+            filter,
+            start,
+            limit,
+            live,
+            reply,
+        };
+        if self.tx.send(msg).is_err() {
+            return Err(OjsError::new(
+                ErrorCode::BackendUnavailable,
+                "the engine is not running",
+            ));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(OjsError::new(
+                ErrorCode::BackendUnavailable,
+                "the engine is not running",
+            ))
+        })
+    }
+
+    /// The metrics of ojs-events §7 in Prometheus text format.
+    pub async fn metrics(&self) -> Option<String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Msg::Metrics { reply }).ok()?;
+        rx.await.ok()
     }
 
     /// Ask the engine to finish its current batch, commit and stop.
@@ -150,6 +212,9 @@ pub struct Engine {
     stats: Stats,
     started: Instant,
     connections: Arc<AtomicUsize>,
+    events: events::EventState,
+    metrics: metrics::Metrics,
+    last_prune: Instant,
     /// Engine-clock time of the batch being applied.
     now: DateTime<Utc>,
     rx: Receiver<Msg>,
@@ -179,10 +244,14 @@ pub fn start(
         stats: Stats::default(),
         started: Instant::now(),
         connections: connections.clone(),
+        events: Default::default(),
+        metrics: Default::default(),
+        last_prune: Instant::now(),
         now: Utc::now(),
         rx,
     };
     engine.rebuild()?;
+    engine.rebuild_events()?;
     let thread = std::thread::Builder::new()
         .name("ojsd-engine".into())
         .spawn(move || engine.run())
@@ -225,12 +294,21 @@ impl Engine {
             }
             self.now = self.clock.now();
             let mut txn = Txn::default();
+            let mut reads = Vec::new();
             for msg in batch {
                 match msg {
                     Msg::Request(req) => self.handle(req, &mut txn),
-                    Msg::Register { wid, info } => {
-                        let now = self.now_ms();
-                        self.workers.register(wid, info, now);
+                    Msg::Register { wid, info } => self.worker_hello(&mut txn, wid, info),
+                    Msg::Disconnect { wid } => self.worker_gone(&mut txn, wid),
+                    Msg::Events {
+                        filter,
+                        start,
+                        limit,
+                        live,
+                        reply,
+                    } => reads.push((filter, start, limit, live, reply)),
+                    Msg::Metrics { reply } => {
+                        let _ = reply.send(self.metrics.render(&self.index));
                     }
                     Msg::Shutdown => stopping = true,
                 }
@@ -238,7 +316,16 @@ impl Engine {
             self.run_timers(&mut txn);
             self.sweep_workers(&mut txn);
             self.serve_waiters(&mut txn, stopping);
+            if self.last_prune.elapsed() >= Duration::from_secs(1) {
+                self.last_prune = Instant::now();
+                self.prune_events(&mut txn);
+            }
             self.commit(txn)?;
+            // Reads run once the batch is in the log, so a new live feed starts exactly
+            // after the last event the read could see.
+            for (filter, start, limit, live, reply) in reads {
+                let _ = reply.send(self.read_events(filter, start, limit, live));
+            }
             if stopping {
                 tracing::info!("engine stopped after its last commit");
                 return Ok(());
@@ -265,6 +352,7 @@ impl Engine {
         for (to, out) in txn.out {
             let _ = to.send(txn::resolve(out, &written, self.store.as_ref()));
         }
+        self.publish(&txn.events);
         Ok(())
     }
 
@@ -295,17 +383,24 @@ impl Engine {
             }
             Command::Ack { id, result } => self.ack(txn, wid.as_ref(), &id, result).map(ok),
             Command::Fail { id, error } => self.fail(txn, wid.as_ref(), &id, error).map(ok),
-            Command::Cancel { id } => self.cancel(txn, &id).map(ok),
+            Command::Cancel { id } => self.cancel(txn, &id, wid.as_ref()).map(ok),
             Command::Activate { id } => self.activate(txn, &id).map(ok),
             Command::Job { id } => self.job_info(&id).map(Out::Job),
             Command::Beat {
                 wid,
                 active_job_ids,
-            } => Ok(Out::Reply(self.beat(&wid, active_job_ids.as_deref()))),
+            } => Ok(Out::Reply(self.beat(txn, &wid, active_job_ids.as_deref()))),
             Command::Info => Ok(Out::Reply(self.info())),
-            Command::Queue(q) => self.queue_cmd(txn, q).map(ok),
+            Command::Queue(q) => self.queue_cmd(txn, q, wid.as_ref()).map(ok),
             Command::Dead(d) => self.dead_cmd(txn, d),
-            Command::Worker { wid, directive } => self.workers.direct(&wid, directive).map(ok),
+            Command::Worker { wid, directive } => self.direct_worker(txn, &wid, directive).map(ok),
+            Command::Progress {
+                id,
+                percent,
+                message,
+            } => self
+                .progress(txn, wid.as_ref(), &id, percent, message)
+                .map(ok),
             Command::ClockAdvance { ms } => {
                 if self.clock.advance(ms) {
                     self.now = self.clock.now();
@@ -318,7 +413,9 @@ impl Engine {
                 }
             }
             // Handled by the connection; never sent here.
-            Command::Hello(_) | Command::End => Ok(Out::Reply(Reply::Ok)),
+            Command::Hello(_) | Command::End | Command::Subscribe { .. } => {
+                Ok(Out::Reply(Reply::Ok))
+            }
         };
         let out = out.unwrap_or_else(|e| Out::Reply(Reply::Error(e)));
         txn.reply(reply, out);

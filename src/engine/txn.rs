@@ -24,6 +24,8 @@ pub struct Txn {
     pub jobs: HashMap<Uuid, Option<Job>>,
     pub batch: Batch,
     pub out: Vec<(oneshot::Sender<Reply>, Out)>,
+    /// Events of this batch, in cursor order; their log records are already in `batch`.
+    pub events: Vec<crate::events::Event>,
 }
 
 const RECORD_VERSION: u8 = 1;

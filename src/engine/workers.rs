@@ -14,6 +14,10 @@ pub struct WorkerRec {
     pub last_seen: i64,
     pub directive: Option<WorkerDirective>,
     pub held: HashSet<Uuid>,
+    /// Open connections that said HELLO with this id.
+    pub conns: usize,
+    pub started: i64,
+    pub completed: u64,
 }
 
 #[derive(Default)]
@@ -28,13 +32,49 @@ impl Workers {
             last_seen: now,
             directive: None,
             held: HashSet::new(),
+            conns: 0,
+            started: now,
+            completed: 0,
         })
     }
 
-    pub fn register(&mut self, wid: Arc<str>, info: Value, now: i64) {
+    /// A HELLO. Returns true when the worker was not connected before (it just started).
+    pub fn register(&mut self, wid: Arc<str>, info: Value, now: i64) -> bool {
         let w = self.entry(&wid, now);
+        let fresh = w.conns == 0;
+        if fresh {
+            w.started = now;
+        }
         w.info = info;
         w.last_seen = now;
+        w.conns += 1;
+        fresh
+    }
+
+    /// A connection closed. When it was the worker's last one, returns (jobs completed,
+    /// start time) for its stopped event. The record stays while it holds jobs, so the
+    /// heartbeat timeout can still requeue them.
+    pub fn disconnect(&mut self, wid: &str) -> Option<(u64, i64)> {
+        let w = self.map.get_mut(wid)?;
+        w.conns = w.conns.saturating_sub(1);
+        if w.conns > 0 {
+            return None;
+        }
+        let out = (w.completed, w.started);
+        if w.held.is_empty() {
+            self.map.remove(wid);
+        }
+        Some(out)
+    }
+
+    pub fn completed(&mut self, wid: &str) {
+        if let Some(w) = self.map.get_mut(wid) {
+            w.completed += 1;
+        }
+    }
+
+    pub fn get(&self, wid: &str) -> Option<&WorkerRec> {
+        self.map.get(wid)
     }
 
     /// Any command from a worker counts as a sign of life.
@@ -75,8 +115,9 @@ impl Workers {
         Ok(())
     }
 
-    /// Remove workers not heard from since `cutoff`; returns the jobs each was holding.
-    pub fn reap(&mut self, cutoff: i64) -> Vec<(Arc<str>, Vec<Uuid>)> {
+    /// Remove workers not heard from since `cutoff`; returns the jobs each was holding and
+    /// whether it was still connected (a disconnected worker was already announced stopped).
+    pub fn reap(&mut self, cutoff: i64) -> Vec<(Arc<str>, Vec<Uuid>, bool)> {
         let dead: Vec<Arc<str>> = self
             .map
             .iter()
@@ -86,7 +127,7 @@ impl Workers {
         dead.into_iter()
             .filter_map(|wid| {
                 let w = self.map.remove(&wid)?;
-                Some((wid, w.held.into_iter().collect()))
+                Some((wid, w.held.into_iter().collect(), w.conns > 0))
             })
             .collect()
     }

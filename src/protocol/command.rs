@@ -71,6 +71,17 @@ pub enum Command {
         wid: String,
         directive: WorkerDirective,
     },
+    /// A worker's progress report on a job it holds.
+    Progress {
+        id: String,
+        percent: f64,
+        message: Option<String>,
+    },
+    /// Turn the connection into an event stream (ojs-events §6.1 filter, optional start).
+    Subscribe {
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+    },
     /// Moves the engine clock forward; accepted only when the server runs with a test clock.
     ClockAdvance {
         ms: i64,
@@ -376,6 +387,49 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             Ok(Command::ClockAdvance {
                 ms: (secs * 1000.0) as i64,
             })
+        }
+        "PROGRESS" => {
+            let obj = json_object("PROGRESS", payload)?;
+            let id = job_id("PROGRESS", &obj)?;
+            let percent = obj
+                .get("percent")
+                .or_else(|| obj.get("progress_percent"))
+                .and_then(Value::as_f64)
+                .filter(|p| (0.0..=100.0).contains(p))
+                .ok_or_else(|| malformed("PROGRESS: percent must be a number from 0 to 100"))?;
+            let message = match obj.get("message").or_else(|| obj.get("progress_message")) {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(malformed("PROGRESS: message must be a string")),
+            };
+            Ok(Command::Progress {
+                id,
+                percent,
+                message,
+            })
+        }
+        "SUBSCRIBE" => {
+            let obj = if payload.is_empty() {
+                Map::new()
+            } else {
+                json_object("SUBSCRIBE", payload)?
+            };
+            let filter = crate::events::EventFilter::from_json(&obj)?;
+            let start = match (obj.get("after"), obj.get("since")) {
+                (Some(_), Some(_)) => {
+                    return Err(malformed("SUBSCRIBE: give after or since, not both"))
+                }
+                (Some(a), None) => crate::events::Start::After(a.as_u64().ok_or_else(|| {
+                    malformed("SUBSCRIBE: after must be a non-negative integer cursor")
+                })?),
+                (None, Some(s)) => crate::events::Start::Since(
+                    s.as_str().and_then(crate::job::parse_ts).ok_or_else(|| {
+                        malformed("SUBSCRIBE: since must be an RFC 3339 timestamp with a zone")
+                    })?,
+                ),
+                (None, None) => crate::events::Start::Live,
+            };
+            Ok(Command::Subscribe { filter, start })
         }
         "END" => Ok(Command::End),
         _ => {

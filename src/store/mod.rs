@@ -30,6 +30,9 @@ impl From<std::io::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// The first and last key of a space, without prefix.
+pub type Bounds = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// Record kinds, each its own key prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Space {
@@ -99,6 +102,8 @@ pub trait Store: Send {
         from: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> StoreResult<()>;
+    /// The first and last key (without prefix) of a space.
+    fn bounds(&self, space: Space) -> StoreResult<Bounds>;
     /// Bytes the store occupies on disk.
     fn size_on_disk(&self) -> StoreResult<u64>;
 }

@@ -123,6 +123,22 @@ impl Store for SledStore {
         Ok(())
     }
 
+    fn bounds(&self, space: Space) -> StoreResult<super::Bounds> {
+        let mut it = self.db.scan_prefix(space.prefix());
+        let first = it
+            .next()
+            .transpose()
+            .map_err(err)?
+            .map(|(k, _)| k[2..].to_vec());
+        let last = it
+            .next_back()
+            .transpose()
+            .map_err(err)?
+            .map(|(k, _)| k[2..].to_vec());
+        // With a single record, `next_back` has nothing left: first is also last.
+        Ok((first.clone(), last.or(first)))
+    }
+
     fn size_on_disk(&self) -> StoreResult<u64> {
         self.db.size_on_disk().map_err(err)
     }

@@ -1,0 +1,328 @@
+//! The engine side of events: every event is written to the log in the same batch as the
+//! transition it describes, and handed to live subscribers only after that batch commits.
+//! A subscriber whose buffer fills is dropped from the live set; its reader notices the
+//! closed channel and catches up from the log, so a slow reader never slows the engine.
+
+use super::txn::Txn;
+use super::Engine;
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::events::{self, Component, Event, EventFilter, Start};
+use crate::job::Job;
+use crate::store::Space;
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Events buffered per live subscriber before it is switched to catching up from the log.
+pub const LIVE_BUFFER: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct EventConfig {
+    pub service: String,
+    pub retention: Duration,
+    pub max_count: u64,
+}
+
+impl Default for EventConfig {
+    fn default() -> Self {
+        EventConfig {
+            service: "ojsd".into(),
+            retention: Duration::from_secs(7 * 24 * 3600),
+            max_count: 1_000_000,
+        }
+    }
+}
+
+struct LiveSub {
+    filter: EventFilter,
+    tx: mpsc::Sender<Event>,
+}
+
+#[derive(Default)]
+pub(super) struct EventState {
+    /// Cursor the next event gets.
+    pub next: u64,
+    /// Smallest cursor still in the log (== `next` when the log is empty).
+    pub oldest: u64,
+    subs: Vec<LiveSub>,
+}
+
+/// What a subscribe or read returns: a page of matching events, the last cursor the read
+/// covered (resume with `After(last)`), and — when the read reached the head — the live feed.
+pub struct Page {
+    pub events: Vec<Event>,
+    pub last: u64,
+    pub has_more: bool,
+    pub live: Option<mpsc::Receiver<Event>>,
+}
+
+/// The data fields every job event carries: ids, type, queue, and the trace id of
+/// ojs-events §8.3 when the job has one.
+pub(super) fn job_data(job: &Job) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("job_id".into(), json!(job.id));
+    m.insert("job_type".into(), json!(job.job_type));
+    m.insert("queue".into(), json!(job.queue));
+    let trace = job
+        .meta
+        .get("trace_id")
+        .or_else(|| job.meta.get("traceparent"));
+    if let Some(t) = job.meta.get("trace_id").and_then(Value::as_str) {
+        m.insert("trace_id".into(), json!(t));
+    } else if let Some(tp) = trace.and_then(Value::as_str) {
+        // traceparent = version-traceid-spanid-flags
+        if let Some(id) = tp.split('-').nth(1) {
+            m.insert("trace_id".into(), json!(id));
+        }
+    }
+    m
+}
+
+impl Engine {
+    /// Record an event in this batch.
+    pub(super) fn emit(
+        &mut self,
+        txn: &mut Txn,
+        kind: &str,
+        from: Component<'_>,
+        subject: &str,
+        data: Map<String, Value>,
+    ) {
+        let cursor = self.events.next;
+        self.events.next += 1;
+        let source = events::source(&self.cfg.events.service, from);
+        let e = events::build(cursor, kind, source, self.now, subject, data);
+        txn.batch
+            .put(Space::Event, &events::cursor_key(cursor), e.json.to_vec());
+        txn.events.push(e);
+    }
+
+    /// Emit a job event with the job's common fields plus `extra`.
+    pub(super) fn emit_job(
+        &mut self,
+        txn: &mut Txn,
+        kind: &str,
+        from: Component<'_>,
+        job: &Job,
+        extra: Value,
+    ) {
+        let mut data = job_data(job);
+        if let Value::Object(m) = extra {
+            data.extend(m);
+        }
+        let subject = job.id.clone();
+        self.emit(txn, kind, from, &subject, data);
+    }
+
+    /// Emit a non-job event whose data is a JSON object.
+    pub(super) fn emit_plain(
+        &mut self,
+        txn: &mut Txn,
+        kind: &str,
+        from: Component<'_>,
+        subject: &str,
+        data: Value,
+    ) {
+        let Value::Object(map) = data else {
+            return;
+        };
+        self.emit(txn, kind, from, subject, map);
+    }
+
+    /// Emit a job event from data built by `job_data` (the subject is the job id).
+    pub(super) fn emit_with(
+        &mut self,
+        txn: &mut Txn,
+        kind: &str,
+        from: Component<'_>,
+        mut data: Map<String, Value>,
+        extra: Value,
+    ) {
+        if let Value::Object(m) = extra {
+            data.extend(m);
+        }
+        let subject = data
+            .get("job_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        self.emit(txn, kind, from, &subject, data);
+    }
+
+    pub(super) fn observe(&mut self, data: &Map<String, Value>, what: super::metrics::Observe) {
+        let s = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or("");
+        self.metrics.observe(s("job_type"), s("queue"), what);
+    }
+
+    /// Hand committed events to live subscribers; drop the ones that cannot keep up.
+    pub(super) fn publish(&mut self, committed: &[Event]) {
+        if committed.is_empty() || self.events.subs.is_empty() {
+            return;
+        }
+        self.events.subs.retain(|s| {
+            for e in committed.iter().filter(|e| s.filter.matches(e)) {
+                if s.tx.try_send(e.clone()).is_err() {
+                    return false; // full or gone: the reader falls back to the log
+                }
+            }
+            true
+        });
+    }
+
+    /// Read matching events from the log from `start`; register a live feed when the read
+    /// reaches the head and `live` is asked for. Runs between batches, so the log holds
+    /// every event with a cursor below `next` and nothing is missed or repeated at the seam.
+    pub(super) fn read_events(
+        &mut self,
+        filter: EventFilter,
+        start: Start,
+        limit: usize,
+        live: bool,
+    ) -> OjsResult<Page> {
+        let from = match start {
+            Start::Live => self.events.next,
+            Start::After(c) => {
+                let from = c.saturating_add(1);
+                if from < self.events.oldest {
+                    return Err(OjsError::new(
+                        ErrorCode::CursorExpired,
+                        format!(
+                            "events after cursor {c} were pruned by retention; the oldest kept is {}",
+                            self.events.oldest
+                        ),
+                    ));
+                }
+                from.min(self.events.next)
+            }
+            Start::Since(t) => self.cursor_at(t)?,
+        };
+        let mut out = Vec::new();
+        let mut last = from.saturating_sub(1);
+        let mut scanned = 0usize;
+        let mut bad = None;
+        if from < self.events.next {
+            self.store
+                .scan_from(Space::Event, &events::cursor_key(from), &mut |k, v| {
+                    let Some(c) = events::key_cursor(k) else {
+                        return true;
+                    };
+                    match events::decode(c, v) {
+                        Some((e, _)) => {
+                            if filter.matches(&e) {
+                                out.push(e);
+                            }
+                        }
+                        None => bad = Some(c),
+                    }
+                    last = c;
+                    scanned += 1;
+                    out.len() < limit && scanned < limit * 20
+                })
+                .map_err(super::txn::backend)?;
+        }
+        if let Some(c) = bad {
+            tracing::warn!(cursor = c, "unreadable event record skipped");
+        }
+        let at_head = last.saturating_add(1) >= self.events.next;
+        let live = if at_head && live {
+            let (tx, rx) = mpsc::channel(LIVE_BUFFER);
+            self.events.subs.push(LiveSub { filter, tx });
+            Some(rx)
+        } else {
+            None
+        };
+        Ok(Page {
+            events: out,
+            last: if at_head {
+                self.events.next.saturating_sub(1)
+            } else {
+                last
+            },
+            has_more: !at_head,
+            live,
+        })
+    }
+
+    /// The first cursor whose event time is at or after `t` (events are in time order).
+    fn cursor_at(&self, t: chrono::DateTime<chrono::Utc>) -> OjsResult<u64> {
+        let mut found = self.events.next;
+        self.store
+            .scan_from(
+                Space::Event,
+                &events::cursor_key(self.events.oldest),
+                &mut |k, v| match (events::key_cursor(k), events::decode(0, v)) {
+                    (Some(c), Some((_, time))) if time >= t => {
+                        found = c;
+                        false
+                    }
+                    _ => true,
+                },
+            )
+            .map_err(super::txn::backend)?;
+        Ok(found)
+    }
+
+    /// Drop events past the retention age or count (ojs-events §9.3), oldest first, a
+    /// bounded chunk per call.
+    pub(super) fn prune_events(&mut self, txn: &mut Txn) {
+        const CHUNK: u64 = 10_000;
+        let count = self.events.next - self.events.oldest;
+        let over = count.saturating_sub(self.cfg.events.max_count);
+        let cutoff =
+            self.now - chrono::Duration::milliseconds(self.cfg.events.retention.as_millis() as i64);
+        let mut end = self.events.oldest + over.min(CHUNK);
+        if end < self.events.next && end - self.events.oldest < CHUNK {
+            // Age: walk forward while events are older than the cutoff.
+            let limit = self.events.oldest + CHUNK;
+            let _ =
+                self.store
+                    .scan_from(Space::Event, &events::cursor_key(end), &mut |k, v| match (
+                        events::key_cursor(k),
+                        events::decode(0, v),
+                    ) {
+                        (Some(c), Some((_, time))) if time < cutoff && c < limit => {
+                            end = c + 1;
+                            true
+                        }
+                        _ => false,
+                    });
+        }
+        if end == self.events.oldest {
+            return;
+        }
+        for c in self.events.oldest..end {
+            txn.batch.delete(Space::Event, &events::cursor_key(c));
+        }
+        self.events.oldest = end;
+        // Remember where cursors stand, in case the log is now empty.
+        txn.batch.put(
+            Space::Meta,
+            b"event_next",
+            events::cursor_key(self.events.next).to_vec(),
+        );
+    }
+
+    /// Find the log's bounds at start-up.
+    pub(super) fn rebuild_events(&mut self) -> Result<(), crate::store::StoreError> {
+        let (first, last) = self.store.bounds(Space::Event)?;
+        let first = first.as_deref().and_then(events::key_cursor);
+        let last = last.as_deref().and_then(events::key_cursor);
+        match (first, last) {
+            (Some(f), Some(l)) => {
+                self.events.oldest = f;
+                self.events.next = l + 1;
+            }
+            _ => {
+                // An empty log: keep cursors increasing across restarts anyway.
+                let next = self
+                    .store
+                    .get(Space::Meta, b"event_next")?
+                    .and_then(|v| events::key_cursor(&v))
+                    .unwrap_or(1);
+                self.events.oldest = next;
+                self.events.next = next;
+            }
+        }
+        Ok(())
+    }
+}
