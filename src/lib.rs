@@ -5,6 +5,7 @@
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod http;
 pub mod job;
 pub mod protocol;
 pub mod server;

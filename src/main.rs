@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use ojsd::engine::{self, Config};
+use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
 use ojsd::server::{self, ServerConfig};
 use ojsd::store::SledStore;
@@ -58,6 +59,26 @@ struct Args {
     /// Let `CLOCK ADVANCE <secs>` move the engine clock. For tests only.
     #[arg(long, env = "OJSD_TEST_CLOCK")]
     test_clock: bool,
+    /// Address for HTTP: events over SSE, WebSocket and polling, /metrics, health; `off`
+    /// disables it. Port 0 picks a free port; the chosen address is printed.
+    #[arg(long, env = "OJSD_HTTP_LISTEN", default_value = "127.0.0.1:7420", value_parser = parse_http_listen)]
+    http_listen: HttpListen,
+    /// How long an SSE stream may stay silent before a keep-alive comment is sent, ms.
+    #[arg(long, env = "OJSD_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
+    sse_keepalive_ms: u64,
+}
+
+/// `--http-listen`: an address, or `off`.
+#[derive(Debug, Clone, Copy)]
+struct HttpListen(Option<SocketAddr>);
+
+fn parse_http_listen(s: &str) -> Result<HttpListen, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(HttpListen(None));
+    }
+    s.parse()
+        .map(|a| HttpListen(Some(a)))
+        .map_err(|e| format!("{e}; give an address like 127.0.0.1:7420, or off"))
 }
 
 fn main() {
@@ -108,8 +129,27 @@ fn run(args: Args) -> Result<(), String> {
         let listener = server::bind(args.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
+        let http_listener = match args.http_listen.0 {
+            Some(addr) => Some(
+                server::bind(addr).map_err(|e| format!("cannot listen on {addr} (http): {e}"))?,
+            ),
+            None => None,
+        };
         // Tests and scripts read this line to learn the port when --listen ends in :0.
         println!("ojsd listening on {local}");
+        // ... and this second one (only when HTTP is on) for the HTTP port.
+        let http = match http_listener {
+            Some(l) => {
+                let addr = l.local_addr().map_err(|e| e.to_string())?;
+                println!("ojsd http listening on {addr}");
+                let cfg = HttpConfig {
+                    keepalive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
+                    password: args.password.clone(),
+                };
+                Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
+            }
+            None => None,
+        };
         tracing::info!(addr = %local, data_dir = %args.data_dir.display(), "ojsd ready");
         let accept = tokio::spawn(server::accept_loop(listener, handle.clone(), server_cfg));
         let engine_done = tokio::task::spawn_blocking(move || engine_thread.join());
@@ -118,6 +158,9 @@ fn run(args: Args) -> Result<(), String> {
             _ = shutdown_signal() => {
                 tracing::info!("shutting down: no new connections, finishing the engine batch");
                 accept.abort();
+                if let Some(http) = &http {
+                    http.abort();
+                }
                 handle.shutdown();
                 match engine_done.await {
                     Ok(Ok(Ok(()))) => Ok(()),
@@ -132,7 +175,7 @@ fn run(args: Args) -> Result<(), String> {
         }
     });
     // Connections still open are dropped with the runtime; their replies were all sent or refused.
-    runtime.shutdown_timeout(Duration::from_secs(1));
+    runtime.shutdown_background();
     result
 }
 

@@ -27,6 +27,8 @@ const PIPELINE_DEPTH: usize = 256;
 enum Pending {
     Ready(Reply),
     Wait(oneshot::Receiver<Reply>),
+    /// A FETCH, which may wait up to the fetch timeout for a job.
+    Fetch(oneshot::Receiver<Reply>),
     /// From here on the connection is an event stream.
     Subscribe(crate::events::EventFilter, crate::events::Start),
 }
@@ -80,7 +82,7 @@ fn password_hash(password: &str, salt: &str, iterations: u32) -> String {
 }
 
 /// Compare without an early exit, so timing does not reveal how much of a hash matched.
-fn same(a: &str, b: &str) -> bool {
+pub(crate) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()
             .zip(b.bytes())
@@ -162,12 +164,27 @@ async fn connection(
 
     let (mut sink, mut lines) = framed.split();
     let (tx, mut rx) = mpsc::channel::<Pending>(PIPELINE_DEPTH);
+    // Set when the client has gone: a parked FETCH must then stop waiting, so the engine
+    // does not claim a job for a connection that can no longer receive it.
+    let (gone_tx, gone) = tokio::sync::watch::channel(false);
     let stream_engine = engine.clone();
     let writer = tokio::spawn(async move {
         while let Some(p) = rx.recv().await {
             let reply = match p {
                 Pending::Ready(r) => r,
                 Pending::Wait(w) => w.await.unwrap_or_else(|_| unavailable()),
+                Pending::Fetch(mut w) => {
+                    let mut gone = gone.clone();
+                    tokio::select! {
+                        r = &mut w => r.unwrap_or_else(|_| unavailable()),
+                        _ = gone.wait_for(|g| *g) => {
+                            w.close();
+                            // Already answered: still try to deliver it. Otherwise the
+                            // engine now sees the FETCH abandoned and claims nothing for it.
+                            w.try_recv().unwrap_or(Reply::Null)
+                        }
+                    }
+                }
                 Pending::Subscribe(filter, start) => {
                     return stream_events(&mut sink, &mut rx, stream_engine, filter, start).await;
                 }
@@ -210,6 +227,7 @@ async fn connection(
                 Ok(Command::Hello(_)) => {
                     Pending::Ready(err(ErrorCode::MalformedCommand, "HELLO was already sent"))
                 }
+                Ok(cmd @ Command::Fetch { .. }) => Pending::Fetch(engine.submit(wid.clone(), cmd)),
                 Ok(cmd) => Pending::Wait(engine.submit(wid.clone(), cmd)),
                 Err(e) => Pending::Ready(Reply::Error(e)),
             },
@@ -218,6 +236,7 @@ async fn connection(
             break; // the writer failed: the peer is gone
         }
     }
+    let _ = gone_tx.send(true);
     drop(tx);
     if let Some(w) = wid {
         engine.disconnect_worker(w);
@@ -225,6 +244,42 @@ async fn connection(
     match writer.await {
         Ok(r) => r,
         Err(e) => Err(std::io::Error::other(e)),
+    }
+}
+
+type Sink = futures_util::stream::SplitSink<Framed<TcpStream, LineCodec>, Reply>;
+
+/// Send `+OK`, then every matching event as a bulk string, until the client leaves.
+async fn stream_events(
+    sink: &mut Sink,
+    rx: &mut mpsc::Receiver<Pending>,
+    engine: EngineHandle,
+    filter: crate::events::EventFilter,
+    start: crate::events::Start,
+) -> std::io::Result<()> {
+    let mut sub = crate::events::Subscription::new(engine, filter, start);
+    // The first read (and the live registration) happens before `+OK`, so a live-only
+    // stream covers every event committed after the client sees `+OK`, and a pruned
+    // cursor is refused instead of confirmed.
+    if let Err(e) = sub.open().await {
+        sink.send(Reply::Error(e)).await?;
+        return sink.close().await;
+    }
+    sink.send(Reply::Ok).await?;
+    loop {
+        tokio::select! {
+            ev = sub.next() => match ev {
+                Ok(e) => sink.send(Reply::Bulk(e.json)).await?,
+                Err(e) => {
+                    sink.send(Reply::Error(e)).await?;
+                    return sink.close().await;
+                }
+            },
+            // The reader dropped its end: END or the socket closed.
+            msg = rx.recv() => if msg.is_none() {
+                return Ok(());
+            },
+        }
     }
 }
 
@@ -240,34 +295,5 @@ mod tests {
         let twice = hex::encode(Sha256::digest(Sha256::digest(b"secretabc")));
         assert_eq!(password_hash("secret", "abc", 2), twice);
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
-    }
-}
-
-type Sink = futures_util::stream::SplitSink<Framed<TcpStream, LineCodec>, Reply>;
-
-/// Send `+OK`, then every matching event as a bulk string, until the client leaves.
-async fn stream_events(
-    sink: &mut Sink,
-    rx: &mut mpsc::Receiver<Pending>,
-    engine: EngineHandle,
-    filter: crate::events::EventFilter,
-    start: crate::events::Start,
-) -> std::io::Result<()> {
-    let mut sub = crate::events::Subscription::new(engine, filter, start);
-    sink.send(Reply::Ok).await?;
-    loop {
-        tokio::select! {
-            ev = sub.next() => match ev {
-                Ok(e) => sink.send(Reply::Bulk(e.json)).await?,
-                Err(e) => {
-                    sink.send(Reply::Error(e)).await?;
-                    return Ok(());
-                }
-            },
-            // The reader dropped its end: END or the socket closed.
-            msg = rx.recv() => if msg.is_none() {
-                return Ok(());
-            },
-        }
     }
 }

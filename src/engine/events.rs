@@ -160,6 +160,11 @@ impl Engine {
             return;
         }
         self.events.subs.retain(|s| {
+            // A reader that went away is dropped even when nothing matches its filter;
+            // otherwise a narrow filter's dead feed would stay here for good.
+            if s.tx.is_closed() {
+                return false;
+            }
             for e in committed.iter().filter(|e| s.filter.matches(e)) {
                 if s.tx.try_send(e.clone()).is_err() {
                     return false; // full or gone: the reader falls back to the log

@@ -80,7 +80,7 @@ pub struct Index {
     pub queues: Vec<Queue>,
     queue_ids: HashMap<String, QueueId>,
     timers: BTreeSet<(i64, Uuid, TimerKind)>,
-    /// Discarded jobs by discard time, for listing the dead-letter set oldest first.
+    /// Discarded jobs by discard time (DEAD LIST walks it newest first; pruning takes the oldest).
     pub dead: BTreeSet<(i64, Uuid)>,
     pub next_seq: u64,
 }

@@ -235,8 +235,12 @@ impl Engine {
         if e.state != State::Active {
             return Err(wrong_state(uid, e.state, op, "active"));
         }
-        if let (Some(owner), Some(caller)) = (&e.worker, wid) {
-            if owner != caller {
+        // ojs-core §7.3: only the worker holding a reservation may settle it.
+        if let Some(owner) = &e.worker {
+            if wid != Some(owner) {
+                let caller = wid
+                    .map(|w| format!("worker {w}"))
+                    .unwrap_or_else(|| "a connection without a wid".into());
                 return Err(OjsError::new(
                     ErrorCode::NotOwner,
                     format!("job {uid} is reserved by worker {owner}, not {caller}"),
@@ -554,6 +558,32 @@ impl Engine {
             Ok(uid)
         } else {
             Err(not_found(id))
+        }
+    }
+
+    /// Put back jobs whose FETCH reply never reached a client. The worker never saw them,
+    /// so no attempt is spent: they return to `available` even with no attempt left (the
+    /// attempt counter itself only moves forward).
+    pub(super) fn unclaim_undelivered(&mut self, txn: &mut Txn) {
+        for uid in std::mem::take(&mut self.undelivered) {
+            if self.index.jobs.get(&uid).map(|e| e.state) != Some(State::Active) {
+                continue;
+            }
+            self.release(uid);
+            let now = self.now;
+            let Ok(job) = txn.job_mut(self.store.as_ref(), uid) else {
+                continue;
+            };
+            job.state = State::Available;
+            job.started_at = None;
+            job.worker_id = None;
+            job.enqueued_at = Some(now);
+            let data = job_data(job);
+            let extra = json!({"attempt": job.attempt, "error": {"code": "undelivered",
+                "message": "the fetching connection closed before the job was handed over", "retryable": true}});
+            self.index.set_state(uid, State::Available, None);
+            self.woke = true;
+            self.emit_with(txn, "job.failed", Component::Scheduler, data, extra);
         }
     }
 

@@ -214,6 +214,8 @@ pub struct Engine {
     connections: Arc<AtomicUsize>,
     events: events::EventState,
     metrics: metrics::Metrics,
+    /// Jobs claimed for a FETCH whose connection closed before the reply; put back next turn.
+    undelivered: Vec<uuid::Uuid>,
     last_prune: Instant,
     /// Engine-clock time of the batch being applied.
     now: DateTime<Utc>,
@@ -246,6 +248,7 @@ pub fn start(
         connections: connections.clone(),
         events: Default::default(),
         metrics: Default::default(),
+        undelivered: Vec::new(),
         last_prune: Instant::now(),
         now: Utc::now(),
         rx,
@@ -313,6 +316,7 @@ impl Engine {
                     Msg::Shutdown => stopping = true,
                 }
             }
+            self.unclaim_undelivered(&mut txn);
             self.run_timers(&mut txn);
             self.sweep_workers(&mut txn);
             self.serve_waiters(&mut txn, stopping);
@@ -350,7 +354,17 @@ impl Engine {
             return Err(e);
         }
         for (to, out) in txn.out {
-            let _ = to.send(txn::resolve(out, &written, self.store.as_ref()));
+            let claimed = match &out {
+                Out::Claimed { ids, .. } => Some(ids.clone()),
+                _ => None,
+            };
+            if to
+                .send(txn::resolve(out, &written, self.store.as_ref()))
+                .is_err()
+            {
+                // The connection went away before its FETCH was answered.
+                self.undelivered.extend(claimed.into_iter().flatten());
+            }
         }
         self.publish(&txn.events);
         Ok(())
@@ -363,8 +377,14 @@ impl Engine {
             self.workers.touch(w, now);
         }
         let out = match cmd {
-            Command::Push { job, len } => self.push(txn, job, len).map(Out::Job),
-            Command::PushBatch(jobs) => self.push_batch(txn, jobs).map(Out::Jobs),
+            // PUSH answers with the envelope as accepted, even if a waiting FETCH claims the
+            // job later in this same batch.
+            Command::Push { job, len } => self
+                .push(txn, job, len)
+                .map(|id| Out::Reply(Reply::Bulk(txn.snapshot(&[id], false)))),
+            Command::PushBatch(jobs) => self
+                .push_batch(txn, jobs)
+                .map(|ids| Out::Reply(Reply::Bulk(txn.snapshot(&ids, true)))),
             Command::Fetch { queues, count } => {
                 match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
                     Ok(ids) if ids.is_empty() => {
@@ -458,9 +478,9 @@ fn ok(_: ()) -> Out {
 }
 
 fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>) -> Out {
-    match (count, ids.len()) {
-        (None, 1) => Out::Job(ids[0]),
-        _ => Out::Jobs(ids),
+    Out::Claimed {
+        array: count.is_some() || ids.len() != 1,
+        ids,
     }
 }
 

@@ -15,7 +15,12 @@ use uuid::Uuid;
 pub enum Out {
     Reply(Reply),
     Job(Uuid),
-    Jobs(Vec<Uuid>),
+    /// Jobs claimed by a FETCH (one object, or an array when `array`). If this reply
+    /// cannot be delivered, the claim is undone.
+    Claimed {
+        ids: Vec<Uuid>,
+        array: bool,
+    },
 }
 
 #[derive(Default)]
@@ -91,6 +96,26 @@ impl Txn {
         self.out.push((to, out));
     }
 
+    /// The current JSON of jobs in this batch: one object, or an array when `array`.
+    pub fn snapshot(&self, ids: &[Uuid], array: bool) -> Bytes {
+        let mut buf = Vec::with_capacity(ids.len() * 512 + 2);
+        if array {
+            buf.push(b'[');
+        }
+        for (i, id) in ids.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            if let Some(Some(job)) = self.jobs.get(id) {
+                let _ = serde_json::to_writer(&mut buf, job);
+            }
+        }
+        if array {
+            buf.push(b']');
+        }
+        Bytes::from(buf)
+    }
+
     /// Turn touched jobs into store writes; returns the JSON of each written job so replies
     /// can reuse it instead of serializing again.
     pub fn seal(&mut self, seq_of: impl Fn(Uuid) -> u64) -> HashMap<Uuid, Bytes> {
@@ -128,7 +153,11 @@ pub fn resolve(out: Out, written: &HashMap<Uuid, Bytes>, store: &dyn Store) -> R
             Ok(b) => Reply::Bulk(b),
             Err(e) => Reply::Error(e),
         },
-        Out::Jobs(ids) => {
+        Out::Claimed { ids, array: false } if ids.len() == 1 => match body(&ids[0]) {
+            Ok(b) => Reply::Bulk(b),
+            Err(e) => Reply::Error(e),
+        },
+        Out::Claimed { ids, .. } => {
             let mut buf = Vec::with_capacity(ids.len() * 512 + 2);
             buf.push(b'[');
             for (i, id) in ids.iter().enumerate() {

@@ -57,17 +57,35 @@ impl Subscription {
                     }
                 }
             }
-            let page = self
-                .engine
-                .events(self.filter.clone(), self.start, PAGE, true)
-                .await?;
-            self.start = Start::After(page.last);
-            if page.live.is_none() && page.events.is_empty() {
-                // Scanned a stretch of non-matching events; remember how far we got.
-                self.last = Some(page.last);
-            }
-            self.backlog.extend(page.events);
-            self.live = page.live;
+            self.read_page().await?;
         }
+    }
+
+    /// Run the first read of the log now, so a start that cannot be served (a cursor
+    /// already pruned, the engine stopped) is reported before the caller commits to a
+    /// stream, e.g. before an HTTP response is sent. When it succeeds and the read reached
+    /// the head, the live feed is already registered: every event committed after this
+    /// returns is delivered by `next`. Does nothing once the subscription has started.
+    pub async fn open(&mut self) -> Result<(), OjsError> {
+        if self.live.is_some() || !self.backlog.is_empty() || self.last.is_some() {
+            return Ok(());
+        }
+        self.read_page().await
+    }
+
+    /// One page from the log (and the live feed when the page reaches the head).
+    async fn read_page(&mut self) -> Result<(), OjsError> {
+        let page = self
+            .engine
+            .events(self.filter.clone(), self.start, PAGE, true)
+            .await?;
+        self.start = Start::After(page.last);
+        if page.live.is_none() && page.events.is_empty() {
+            // Scanned a stretch of non-matching events; remember how far we got.
+            self.last = Some(page.last);
+        }
+        self.backlog.extend(page.events);
+        self.live = page.live;
+        Ok(())
     }
 }

@@ -1,0 +1,170 @@
+//! The HTTP front end: the event transports of RFC-0005 and ojs-events §6 (SSE, WebSocket,
+//! polling), Prometheus metrics (ojs-events §7) and the health check of ojs-http-binding
+//! §8.1. Like the TCP front end it only talks to the engine through `EngineHandle`.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /v1/events/stream`, `GET /ojs/v1/events/stream` | Server-Sent Events ([`sse`]) |
+//! | `GET /ojs/v1/events` | one page of the event log ([`poll`]) |
+//! | `GET /ojs/v1/ws` | WebSocket subscriptions ([`ws`]) |
+//! | `GET /metrics` | Prometheus text ([`system`]) |
+//! | `GET /ojs/v1/health` | health ([`system`]) |
+//!
+//! Every response carries `OJS-Version` and `X-Request-Id` (the client's, when it sent
+//! one); errors are JSON in the binding's shape ([`error`]).
+
+pub mod error;
+pub mod poll;
+pub mod query;
+pub mod sse;
+pub mod system;
+pub mod ws;
+
+use crate::engine::EngineHandle;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use error::ApiError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+
+/// The OJS spec version these endpoints follow (the `OJS-Version` header).
+pub const OJS_VERSION: &str = "1.0";
+const OJS_JSON: &str = "application/openjobspec+json";
+
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// How long an SSE stream may stay silent before a `: keepalive` comment is sent.
+    pub keepalive: Duration,
+    /// The server's `--password`: when set, every route but health needs
+    /// `Authorization: Bearer <password>`.
+    pub password: Option<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            keepalive: Duration::from_secs(15),
+            password: None,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub cfg: Arc<HttpConfig>,
+    pub started: Instant,
+}
+
+/// Every route, with the fallbacks and the header middleware.
+pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
+    let password = cfg.password.clone().map(Arc::<str>::from);
+    let state = AppState {
+        engine,
+        cfg: Arc::new(cfg),
+        started: Instant::now(),
+    };
+    Router::new()
+        .route("/v1/events/stream", get(sse::stream))
+        .route("/ojs/v1/events/stream", get(sse::stream))
+        .route("/ojs/v1/events", get(poll::poll))
+        .route("/ojs/v1/ws", get(ws::upgrade))
+        .route("/metrics", get(system::metrics))
+        .route("/ojs/v1/health", get(system::health))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| auth(password.clone(), req, next),
+        ))
+        .layer(axum::middleware::from_fn(headers))
+}
+
+/// Serve until the task is dropped (aborted on shutdown; open streams end when the engine
+/// stops, their subscriptions failing with `BACKEND_UNAVAILABLE`).
+pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig) {
+    use axum::serve::ListenerExt;
+    // Events are small writes that should leave at once.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    if let Err(e) = axum::serve(listener, router(engine, cfg)).await {
+        tracing::error!(error = %e, "http server stopped");
+    }
+}
+
+/// A JSON body with the binding's content type.
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
+    resp
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no route for {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        format!("{method} is not allowed on {}; use GET", uri.path()),
+    )
+}
+
+/// With a password configured, events and metrics (which carry job results and errors)
+/// are only for clients that present it; health stays open for load balancers.
+async fn auth(password: Option<Arc<str>>, req: Request, next: Next) -> Response {
+    if let Some(pw) = password {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if req.uri().path() != "/ojs/v1/health" && !crate::server::same(given, &pw) {
+            use axum::response::IntoResponse;
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHENTICATED",
+                "this server has a password: send Authorization: Bearer <password>",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// `OJS-Version` and `X-Request-Id` on every response (ojs-http-binding §6.5, §19), and
+/// the request id inside error bodies.
+async fn headers(req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty() && s.len() <= 200)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("req_{}", uuid::Uuid::now_v7()));
+    let mut resp = next.run(req).await;
+    if let Some(err) = resp.extensions_mut().remove::<ApiError>() {
+        let body = serde_json::to_vec(&err.body(Some(&id))).unwrap_or_default();
+        let h = resp.headers_mut();
+        h.remove(header::CONTENT_LENGTH);
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
+        *resp.body_mut() = Body::from(body);
+    }
+    let h = resp.headers_mut();
+    h.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        h.insert("x-request-id", v);
+    }
+    resp
+}

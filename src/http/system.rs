@@ -1,0 +1,75 @@
+//! `GET /ojs/v1/health` (ojs-http-binding §8.1) and `GET /metrics` (ojs-events §7, in
+//! Prometheus text format).
+
+use super::error::ApiError;
+use super::{json_response, AppState};
+use crate::protocol::{Command, Reply};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// How long the engine gets to answer a health check before the server reports itself
+/// unhealthy.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The Prometheus text exposition format (UTF-8 by definition).
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
+
+/// Healthy when the engine answers an INFO: that needs its thread alive and its loop turning.
+pub async fn health(State(st): State<AppState>) -> Response {
+    let t0 = Instant::now();
+    let answer = tokio::time::timeout(HEALTH_TIMEOUT, st.engine.call(None, Command::Info)).await;
+    let latency_ms = t0.elapsed().as_millis() as u64;
+    let uptime = st.started.elapsed().as_secs();
+    let (status, backend) = match answer {
+        Ok(Reply::Bulk(b)) => {
+            let info: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+            let mut backend =
+                json!({"type": "sled", "status": "connected", "latency_ms": latency_ms});
+            if let Some(bytes) = info["server"]["store_bytes"].as_u64() {
+                backend["store_bytes"] = json!(bytes);
+            }
+            (StatusCode::OK, backend)
+        }
+        Ok(Reply::Error(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"type": "sled", "status": "disconnected", "error": e.message}),
+        ),
+        Ok(other) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"type": "sled", "status": "disconnected",
+                   "error": format!("unexpected engine reply {other:?}")}),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"type": "sled", "status": "disconnected",
+                   "error": format!("the engine did not answer within {}s", HEALTH_TIMEOUT.as_secs())}),
+        ),
+    };
+    let body = json!({
+        "status": if status == StatusCode::OK { "ok" } else { "degraded" },
+        "version": super::OJS_VERSION,
+        "server_version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": uptime,
+        "backend": backend,
+    });
+    json_response(status, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let text = st.engine.metrics().await.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "BACKEND_UNAVAILABLE",
+            "the engine is not running",
+        )
+    })?;
+    let mut resp = text.into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(PROMETHEUS_TEXT),
+    );
+    Ok(resp)
+}
