@@ -10,21 +10,28 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+pub mod http;
+
 pub struct Server {
     child: Option<Child>,
     pub addr: String,
+    /// The HTTP front end's address (`ojsd http listening on ...`); empty when a test
+    /// turned it off with `--http-listen off`.
+    pub http_addr: String,
     dir: tempfile::TempDir,
     extra: Vec<String>,
 }
 
-/// The flags every test server gets unless a test overrides them (later flags win in clap,
-/// so `extra` may repeat one).
+/// The flags every test server gets unless a test overrides them: a flag repeated in
+/// `extra` replaces the base one (clap refuses a flag given twice).
 const BASE_ARGS: &[&str] = &[
     "--test-clock",
     "--fetch-wait-ms",
     "300",
     "--log-level",
     "warn",
+    "--http-listen",
+    "127.0.0.1:0",
 ];
 
 impl Server {
@@ -37,6 +44,7 @@ impl Server {
         let mut s = Server {
             child: None,
             addr: String::new(),
+            http_addr: String::new(),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -52,23 +60,43 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ojsd"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(self.dir.path().join("db"))
-            .args(BASE_ARGS)
+            .args(base_args(&self.extra))
             .args(&self.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn ojsd");
         let stdout = child.stdout.take().expect("stdout");
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read listening line");
+        stdout.read_line(&mut line).expect("read listening line");
         let addr = line
             .trim()
             .strip_prefix("ojsd listening on ")
             .unwrap_or_else(|| panic!("unexpected first line from ojsd: {line:?}"))
             .to_string();
         self.addr = addr;
+        // The HTTP address comes second, unless HTTP is off.
+        let http_off = self
+            .extra
+            .windows(2)
+            .any(|w| w[0] == "--http-listen" && w[1].eq_ignore_ascii_case("off"))
+            || self
+                .extra
+                .iter()
+                .any(|e| e.eq_ignore_ascii_case("--http-listen=off"));
+        self.http_addr = String::new();
+        if !http_off {
+            let mut line = String::new();
+            stdout
+                .read_line(&mut line)
+                .expect("read http listening line");
+            self.http_addr = line
+                .trim()
+                .strip_prefix("ojsd http listening on ")
+                .unwrap_or_else(|| panic!("unexpected second line from ojsd: {line:?}"))
+                .to_string();
+        }
         self.child = Some(child);
     }
 
@@ -117,6 +145,27 @@ impl Server {
     }
 }
 
+/// `BASE_ARGS` minus the flags (with their values) that `extra` sets itself.
+fn base_args(extra: &[String]) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < BASE_ARGS.len() {
+        let flag = BASE_ARGS[i];
+        let n = match BASE_ARGS.get(i + 1) {
+            Some(v) if !v.starts_with("--") => 2,
+            _ => 1,
+        };
+        let overridden = extra
+            .iter()
+            .any(|e| e == flag || e.starts_with(&format!("{flag}=")));
+        if !overridden {
+            out.extend_from_slice(&BASE_ARGS[i..i + n]);
+        }
+        i += n;
+    }
+    out
+}
+
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill").arg(sig).arg(pid.to_string()).status();
 }
@@ -150,4 +199,187 @@ pub fn state_of(c: &mut Client, id: &str) -> String {
 
 pub fn id_of(job: &Value) -> String {
     job["id"].as_str().expect("job id").to_string()
+}
+
+// ---------------------------------------------------------------------------------------
+// Time, polling and job helpers shared by the timer and durability suites.
+// ---------------------------------------------------------------------------------------
+
+/// Parse an RFC 3339 timestamp the server wrote (panics on anything else).
+pub fn ts(v: &Value) -> chrono::DateTime<chrono::Utc> {
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a timestamp string, got {v}"));
+    chrono::DateTime::parse_from_rfc3339(s)
+        .unwrap_or_else(|e| panic!("bad timestamp {s:?}: {e}"))
+        .with_timezone(&chrono::Utc)
+}
+
+/// Format a time the way a client would send `scheduled_at` / `expires_at`.
+pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The server's engine clock (test offset included), from `INFO`.
+pub fn server_now(c: &mut Client) -> chrono::DateTime<chrono::Utc> {
+    let info = c.info().expect("INFO");
+    ts(&info["server"]["now"])
+}
+
+/// Seconds between two timestamps as a float (b - a).
+pub fn secs_between(a: chrono::DateTime<chrono::Utc>, b: chrono::DateTime<chrono::Utc>) -> f64 {
+    (b - a).num_microseconds().expect("duration in range") as f64 / 1e6
+}
+
+/// Push and return the new job's id.
+pub fn push_id(c: &mut Client, job: &Value) -> String {
+    id_of(&c.push(job).expect("PUSH"))
+}
+
+/// FETCH from one queue and insist that a job came back.
+pub fn fetch_one(c: &mut Client, queue: &str) -> Value {
+    c.fetch(&[queue])
+        .expect("FETCH")
+        .unwrap_or_else(|| panic!("expected a job from queue {queue}"))
+}
+
+/// FETCH from one queue and insist that nothing came back (blocks for the server's wait).
+pub fn fetch_none(c: &mut Client, queue: &str) {
+    if let Some(j) = c.fetch(&[queue]).expect("FETCH") {
+        panic!("expected no job from queue {queue}, got {j}");
+    }
+}
+
+/// Ids currently in the dead-letter set, newest first.
+pub fn dead_ids(c: &mut Client) -> Vec<String> {
+    let reply = match c.call("DEAD LIST {\"limit\": 1000}").expect("DEAD LIST") {
+        Reply::Bulk(b) => serde_json::from_slice::<Value>(&b).expect("DEAD LIST json"),
+        other => panic!("DEAD LIST failed: {other:?}"),
+    };
+    reply["jobs"]
+        .as_array()
+        .expect("DEAD LIST jobs")
+        .iter()
+        .map(id_of)
+        .collect()
+}
+
+/// Poll `f` until it returns `Some`, or panic with `what` after `timeout`.
+pub fn wait_for<T>(
+    timeout: std::time::Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if std::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A fresh client-side job id (lowercase UUIDv7, which the server accepts verbatim).
+pub fn new_id() -> String {
+    uuid::Uuid::now_v7().hyphenated().to_string()
+}
+
+/// Send `lines` pipelined, in chunks of 200 (well under the server's pipeline depth, so
+/// neither side's socket buffer can fill up), and return one reply per line, in order.
+pub fn pipeline(c: &mut Client, lines: &[String]) -> Vec<Reply> {
+    let mut replies = Vec::with_capacity(lines.len());
+    for chunk in lines.chunks(200) {
+        for line in chunk {
+            c.send_line(line).expect("pipelined send");
+        }
+        c.flush().expect("pipelined flush");
+        for _ in chunk {
+            replies.push(c.read_reply().expect("pipelined reply"));
+        }
+    }
+    replies
+}
+
+/// The states of many jobs in one pipelined pass; `None` for a job the server does not have.
+pub fn states_of(c: &mut Client, ids: &[String]) -> Vec<Option<String>> {
+    let lines: Vec<String> = ids.iter().map(|id| format!("JOB {id}")).collect();
+    pipeline(c, &lines)
+        .into_iter()
+        .zip(ids)
+        .map(|(r, id)| match r {
+            Reply::Bulk(b) => {
+                let v: Value = serde_json::from_slice(&b).expect("JOB json");
+                Some(v["state"].as_str().expect("state").to_string())
+            }
+            Reply::Error { code, .. } if code == "NOT_FOUND" => None,
+            other => panic!("JOB {id}: {other:?}"),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw-command helpers shared by the protocol and lifecycle suites.
+// ---------------------------------------------------------------------------------------
+
+/// Send a raw command line and insist on `+OK`.
+pub fn call_ok(c: &mut Client, line: &str) {
+    match c.call(line).expect("call") {
+        Reply::Simple(s) if s == "OK" => {}
+        other => panic!("{line}: expected +OK, got {other:?}"),
+    }
+}
+
+/// Send a raw command line and parse its bulk JSON reply.
+pub fn call_json(c: &mut Client, line: &str) -> Value {
+    match c.call(line).expect("call") {
+        Reply::Bulk(b) => serde_json::from_slice(&b).expect("bulk reply is JSON"),
+        other => panic!("{line}: expected a bulk reply, got {other:?}"),
+    }
+}
+
+/// Some fields of an object as an array, for one-line comparisons:
+/// `assert_eq!(pick(&job, &["state", "attempt"]), json!(["active", 1]))`.
+pub fn pick(v: &Value, keys: &[&str]) -> Value {
+    Value::Array(keys.iter().map(|k| v[*k].clone()).collect())
+}
+
+/// The ids of some job envelopes, in order.
+pub fn ids_of(jobs: &[Value]) -> Vec<String> {
+    jobs.iter().map(id_of).collect()
+}
+
+/// Wait until `n` FETCHes are blocked in the engine waiting for work (INFO
+/// `totals.waiting_fetches`), so a test can act while they are parked.
+pub fn wait_for_blocked_fetches(c: &mut Client, n: u64) {
+    wait_for(std::time::Duration::from_secs(5), "blocked FETCHes", || {
+        (c.info().expect("INFO")["totals"]["waiting_fetches"] == n).then_some(())
+    });
+}
+
+/// A `test.job` in `queue`, with the attributes of `extra` added.
+pub fn test_job(queue: &str, extra: Value) -> Value {
+    let mut j = serde_json::json!({"type": "test.job", "args": [], "queue": queue});
+    for (k, v) in extra.as_object().expect("extra attributes") {
+        j[k] = v.clone();
+    }
+    j
+}
+
+/// Fetch the one job of `queue`, check it is `id` at `attempt`, and FAIL it with `etype`.
+pub fn fetch_and_fail(w: &mut Client, queue: &str, id: &str, attempt: u64, etype: &str) {
+    let job = fetch_one(w, queue);
+    assert_eq!(id_of(&job), id);
+    assert_eq!(job["attempt"], attempt, "attempt number on fetch");
+    w.fail(id, etype, &format!("failure {attempt}"), &[])
+        .expect("FAIL");
+}
+
+/// Seconds from the failure (the newest `errors` entry) to `next_retry_at`.
+pub fn retry_delay(job: &Value) -> f64 {
+    let errors = job["errors"].as_array().expect("errors");
+    let failed_at = ts(&errors.last().expect("an error entry")["timestamp"]);
+    secs_between(failed_at, ts(&job["next_retry_at"]))
 }
