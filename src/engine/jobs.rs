@@ -312,6 +312,7 @@ impl Engine {
         self.index
             .set_state(uid, State::Completed, Some((prune, TimerKind::Prune)));
         self.stats.completed += 1;
+        self.settled(txn, uid, State::Completed);
         Ok(())
     }
 
@@ -418,6 +419,7 @@ impl Engine {
         } else if exhausted {
             let extra = json!({"total_attempts": attempt, "last_error": short});
             self.emit_with(txn, "job.discarded", from, data, extra);
+            self.settled(txn, uid, State::Discarded);
         }
         Ok(())
     }
@@ -470,6 +472,7 @@ impl Engine {
         let now_ms = self.now_ms();
         self.discarded(txn, uid, now_ms);
         self.emit_with(txn, "job.expired", Component::Scheduler, data, extra);
+        self.settled(txn, uid, State::Discarded);
         Ok(())
     }
 
@@ -511,6 +514,7 @@ impl Engine {
         self.release(uid);
         self.index
             .set_state(uid, State::Cancelled, Some((prune, TimerKind::Prune)));
+        self.settled(txn, uid, State::Cancelled);
         Ok(())
     }
 

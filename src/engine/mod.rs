@@ -6,6 +6,7 @@
 mod admin;
 mod clock;
 mod events;
+mod hooks;
 mod index;
 mod jobs;
 mod metrics;
