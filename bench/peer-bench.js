@@ -1,0 +1,188 @@
+#!/usr/bin/env node
+// The ojsd-bench workload against Redis peers, for bench/compare.sh.
+//
+//   node peer-bench.js --kind bullmq|list --port 6379 --jobs N --producers P --workers C
+//
+// kind=bullmq: P Queue instances (one connection each) call Queue.add one job at a time;
+//   Worker instances (BULL_WORKER_INSTANCES, default 1) share `concurrency` C between them.
+//   A job counts as done at the Worker's `completed` event (BullMQ's ACK: moveToFinished).
+// kind=list: a bare Redis list, P connections LPUSH one job at a time, C connections each
+//   BRPOP one at a time. A job counts as done when BRPOP returns it (there is no ACK).
+// Each job carries ~300 bytes of args, its sequence number and the producer's send time.
+// Producers and consumers run in two child processes (Node is single-threaded; ojsd-bench
+// uses threads), started together; the parent prints one JSON object.
+// Modules come from NODE_PATH (compare.sh points it at bench/peers/node_modules).
+'use strict';
+
+const { fork } = require('child_process');
+const { performance } = require('perf_hooks');
+
+function parseArgs(argv) {
+  const o = { kind: 'list', port: 6379, jobs: 10000, producers: 16, workers: 16, payload: 300, timeout: 600, role: 'main' };
+  for (let i = 0; i < argv.length; i += 2) {
+    const k = argv[i].replace(/^--/, '');
+    o[k] = ['kind', 'role'].includes(k) ? argv[i + 1] : Number(argv[i + 1]);
+  }
+  return o;
+}
+
+const opts = parseArgs(process.argv.slice(2));
+const nowMs = () => performance.timeOrigin + performance.now(); // wall clock, sub-ms
+const QUEUE = 'bench';
+const LIST = 'bench:list';
+
+function padding(payload) {
+  const fixed = JSON.stringify([123456, { user_id: 123456, email: 'user123456@example.com', template: 'welcome_email', locale: 'en-US', plan: 'pro', trial: false }, '']).length;
+  const words = 'lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod ';
+  let s = '';
+  while (s.length < payload - fixed) s += words;
+  return s.slice(0, Math.max(0, payload - fixed));
+}
+
+function job(seq, pad) {
+  return {
+    args: [seq, { user_id: seq, email: `user${seq}@example.com`, template: 'welcome_email', locale: 'en-US', plan: 'pro', trial: false }, pad],
+    meta: { bench_seq: seq, bench_ts: nowMs() },
+  };
+}
+
+function share(n, p, i) {
+  return [Math.floor((n * i) / p), Math.floor((n * (i + 1)) / p)];
+}
+
+async function producerRole() {
+  const pad = padding(opts.payload);
+  const conns = [];
+  if (opts.kind === 'bullmq') {
+    const { Queue } = require('bullmq');
+    for (let i = 0; i < opts.producers; i++) {
+      const q = new Queue(QUEUE, { connection: { host: '127.0.0.1', port: opts.port } });
+      await q.waitUntilReady();
+      conns.push({ send: (d) => q.add('bench.work', d), close: () => q.close() });
+    }
+  } else {
+    const Redis = require('ioredis');
+    for (let i = 0; i < opts.producers; i++) {
+      const r = new Redis({ host: '127.0.0.1', port: opts.port });
+      await r.ping();
+      conns.push({ send: (d) => r.lpush(LIST, JSON.stringify(d)), close: () => r.quit() });
+    }
+  }
+  process.send({ ready: true });
+  await new Promise((res) => process.once('message', res));
+  let pushed = 0;
+  await Promise.all(conns.map(async (c, i) => {
+    const [from, to] = share(opts.jobs, opts.producers, i);
+    for (let s = from; s < to; s++) {
+      await c.send(job(s, pad));
+      pushed++;
+    }
+  }));
+  process.send({ pushDone: nowMs(), pushed });
+  await Promise.all(conns.map((c) => c.close()));
+}
+
+async function consumerRole() {
+  const seen = new Uint8Array(opts.jobs);
+  const lat = new Float64Array(opts.jobs);
+  let done = 0, dup = 0, foreign = 0, nlat = 0, finished = false;
+  let finish;
+  const allDone = new Promise((res) => { finish = res; });
+  const take = (data) => {
+    const seq = data && data.meta ? data.meta.bench_seq : undefined;
+    if (typeof seq !== 'number' || seq < 0 || seq >= opts.jobs) { foreign++; return; }
+    if (nlat < lat.length) lat[nlat++] = nowMs() - data.meta.bench_ts;
+    if (seen[seq]++) dup++;
+  };
+  const completeOne = () => {
+    done++;
+    if (done === opts.jobs && !finished) { finished = true; finish(nowMs()); }
+  };
+  let start, stop;
+  if (opts.kind === 'bullmq') {
+    const { Worker } = require('bullmq');
+    const instances = Math.max(1, Number(process.env.BULL_WORKER_INSTANCES || 1));
+    const workers = [];
+    start = () => {
+      for (let i = 0; i < instances; i++) {
+        const [a, b] = share(opts.workers, instances, i);
+        const w = new Worker(QUEUE, async (j) => { take(j.data); }, {
+          connection: { host: '127.0.0.1', port: opts.port },
+          concurrency: Math.max(1, b - a),
+        });
+        w.on('completed', completeOne);
+        w.on('error', (e) => console.error('worker error', e.message));
+        workers.push(w);
+      }
+    };
+    stop = () => Promise.all(workers.map((w) => w.close(true)));
+  } else {
+    const Redis = require('ioredis');
+    const conns = [];
+    for (let i = 0; i < opts.workers; i++) {
+      const r = new Redis({ host: '127.0.0.1', port: opts.port });
+      await r.ping();
+      conns.push(r);
+    }
+    start = () => {
+      for (const r of conns) {
+        (async () => {
+          while (!finished) {
+            const res = await r.brpop(LIST, 1);
+            if (!res) continue;
+            take(JSON.parse(res[1]));
+            completeOne();
+          }
+        })().catch((e) => { if (!finished) console.error('consumer error', e.message); });
+      }
+    };
+    stop = () => Promise.all(conns.map((r) => r.disconnect()));
+  }
+  process.send({ ready: true });
+  await new Promise((res) => process.once('message', res));
+  start();
+  const end = await allDone;
+  const sorted = Array.from(lat.subarray(0, nlat)).sort((a, b) => a - b);
+  const pct = (p) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] : 0);
+  let missing = 0;
+  for (let i = 0; i < opts.jobs; i++) if (!seen[i]) missing++;
+  process.send({
+    end, dup, missing, foreign,
+    latency_ms: { p50: pct(50), p90: pct(90), p99: pct(99), max: sorted[sorted.length - 1] || 0 },
+  });
+  await stop();
+}
+
+async function main() {
+  if (opts.role === 'producer') return producerRole();
+  if (opts.role === 'consumer') return consumerRole();
+  const args = process.argv.slice(2);
+  const cons = fork(__filename, [...args, '--role', 'consumer']);
+  const prod = fork(__filename, [...args, '--role', 'producer']);
+  const killAll = () => { cons.kill('SIGKILL'); prod.kill('SIGKILL'); };
+  const timer = setTimeout(() => { console.error('peer-bench: timed out'); killAll(); process.exit(1); }, opts.timeout * 1000);
+  const next = (child) => new Promise((res) => child.once('message', res));
+  await Promise.all([next(cons), next(prod)]);
+  const t0 = nowMs();
+  const consDone = next(cons);
+  const prodDone = next(prod);
+  cons.send('go');
+  prod.send('go');
+  const [p, c] = await Promise.all([prodDone, consDone]);
+  clearTimeout(timer);
+  const r3 = (x) => Math.round(x * 1000) / 1000;
+  const out = {
+    kind: opts.kind, jobs: opts.jobs, producers: opts.producers, workers: opts.workers,
+    jobs_per_s: r3(opts.jobs / ((c.end - t0) / 1000)),
+    push_per_s: r3(p.pushed / ((p.pushDone - t0) / 1000)),
+    elapsed_s: r3((c.end - t0) / 1000),
+    latency_ms: Object.fromEntries(Object.entries(c.latency_ms).map(([k, v]) => [k, r3(v)])),
+    exactly_once: { ok: c.dup === 0 && c.missing === 0, duplicates: c.dup, missing: c.missing, foreign: c.foreign },
+  };
+  console.log(JSON.stringify(out));
+  setTimeout(() => { killAll(); process.exit(out.exactly_once.ok ? 0 : 1); }, 2000).unref();
+  await Promise.all([new Promise((r) => cons.once('exit', r)), new Promise((r) => prod.once('exit', r))]);
+  process.exit(out.exactly_once.ok ? 0 : 1);
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });

@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# Benchmark scenarios for ojsd. Each starts its own ojsd (release build) on a temp data dir
+# and a free loopback port, drives it with ojsd-bench, reads the server's memory and CPU from
+# /proc, prints a table, and cleans up after itself.
+#
+#   bench/run.sh steady|latency|million|restart|idle|all
+#
+# Sizes (env vars; defaults are the issue's full sizes):
+#   STEADY_ONE_JOBS=100000   STEADY_BATCH_JOBS=300000   BATCH=100
+#   PRODUCERS / WORKERS      connections for `one` mode (16 / 16); batch mode uses 4 / 4
+#   LAT_CALIB_JOBS=20000     short `one` run that finds the max rate (skipped if LAT_RATE set)
+#   LAT_RATE                 offered jobs/s for the latency run (default: half the max)
+#   LAT_SECONDS=30           length of the latency run
+#   MILLION_JOBS=1000000     jobs queued for `million` and `restart`
+#   IDLE_CONNS=1000 IDLE_SECONDS=30
+# Tools: OJSD_BIN / BENCH_BIN use prebuilt binaries instead of `cargo build --release`.
+# OUT_DIR=dir also keeps every raw JSON result there.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SCENARIO=${1:-all}
+case "$SCENARIO" in
+steady | latency | million | restart | idle | all) ;;
+*)
+    echo "usage: $0 steady|latency|million|restart|idle|all" >&2
+    exit 2
+    ;;
+esac
+
+STEADY_ONE_JOBS=${STEADY_ONE_JOBS:-100000}
+STEADY_BATCH_JOBS=${STEADY_BATCH_JOBS:-300000}
+BATCH=${BATCH:-100}
+PRODUCERS=${PRODUCERS:-16}
+WORKERS=${WORKERS:-16}
+LAT_CALIB_JOBS=${LAT_CALIB_JOBS:-20000}
+LAT_RATE=${LAT_RATE:-}
+LAT_SECONDS=${LAT_SECONDS:-30}
+MILLION_JOBS=${MILLION_JOBS:-1000000}
+IDLE_CONNS=${IDLE_CONNS:-1000}
+IDLE_SECONDS=${IDLE_SECONDS:-30}
+OUT_DIR=${OUT_DIR:-}
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ojsd-bench.XXXXXX")
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# 1000 idle connections need about as many descriptors on each side.
+ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+if [ -n "${OJSD_BIN:-}" ] && [ -n "${BENCH_BIN:-}" ]; then
+    OJSD=$OJSD_BIN
+    BENCH=$BENCH_BIN
+else
+    echo "building release binaries..." >&2
+    (cd "$ROOT" && cargo build --release --quiet --bin ojsd --bin ojsd-bench)
+    TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+    OJSD=${OJSD_BIN:-$TARGET/release/ojsd}
+    BENCH=${BENCH_BIN:-$TARGET/release/ojsd-bench}
+fi
+
+RESULTS=$TMP/results.tsv
+: >"$RESULTS"
+# row SCENARIO METRIC VALUE TARGET VERDICT
+row() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS"; }
+
+# json FILE EXPR: evaluate a Python expression over the JSON object `d` read from FILE.
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+# verdict VALUE OP LIMIT -> met / NOT met
+verdict() { python3 -c "import sys; v,op,l=float(sys.argv[1]),sys.argv[2],float(sys.argv[3]); print('met' if (v>=l if op=='>=' else v<l if op=='<' else v<=l) else 'NOT met')" "$@"; }
+keep() { if [ -n "$OUT_DIR" ]; then mkdir -p "$OUT_DIR" && cp "$1" "$OUT_DIR/$2-$(date +%Y%m%dT%H%M%S).json"; fi; }
+
+# start_server DATA_DIR [LISTEN] [LOG_LEVEL]: sets SERVER_PID and ADDR.
+start_server() {
+    local dir=$1 listen=${2:-127.0.0.1:0} level=${3:-warn}
+    : >"$TMP/ojsd.out"
+    "$OJSD" --listen "$listen" --data-dir "$dir" --log-level "$level" \
+        >"$TMP/ojsd.out" 2>>"$TMP/ojsd.err" &
+    SERVER_PID=$!
+    for _ in $(seq 1 600); do
+        ADDR=$(sed -n 's/^ojsd listening on //p' "$TMP/ojsd.out")
+        [ -n "$ADDR" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "ojsd did not start; its log:" >&2
+    tail -20 "$TMP/ojsd.err" >&2
+    exit 1
+}
+
+stop_server() {
+    [ -n "$SERVER_PID" ] || return 0
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+}
+
+kib() { awk -v f="$2:" '$1==f {print $2}' "/proc/$1/status"; }
+mib() { python3 -c "print(round(int('${1:-0}')/1024, 1))"; }
+
+bench_run() { # NAME ARGS...: run ojsd-bench --json, keep its output in $TMP/NAME.json
+    local name=$1
+    shift
+    if ! "$BENCH" --addr "$ADDR" --json --server-pid "$SERVER_PID" "$@" >"$TMP/$name.json"; then
+        echo "ojsd-bench $name failed:" >&2
+        cat "$TMP/$name.json" >&2
+        exit 1
+    fi
+    keep "$TMP/$name.json" "$name"
+}
+
+scenario_steady() {
+    echo "== steady: one mode, $STEADY_ONE_JOBS jobs, P=$PRODUCERS C=$WORKERS" >&2
+    start_server "$TMP/steady-one"
+    bench_run steady-one --mode one --jobs "$STEADY_ONE_JOBS" --producers "$PRODUCERS" --workers "$WORKERS"
+    local f=$TMP/steady-one.json v
+    v=$(json "$f" "round(d['jobs_per_s'])")
+    row steady "one: jobs/s end to end" "$v" ">= 15000" "$(verdict "$v" '>=' 15000)"
+    row steady "one: push/s" "$(json "$f" "round(d['push_per_s'])")" "" ""
+    row steady "one: pickup p50/p99 ms (unthrottled)" "$(json "$f" "'%s / %s' % (d['latency_ms']['p50'], d['latency_ms']['p99'])")" "" ""
+    row steady "one: server CPU % (of one core)" "$(json "$f" "d.get('server_cpu_pct')")" "" ""
+    row steady "one: exactly once" "$(json "$f" "d['exactly_once']")" "" ""
+    stop_server
+
+    echo "== steady: batch mode, $STEADY_BATCH_JOBS jobs, batch $BATCH" >&2
+    start_server "$TMP/steady-batch"
+    bench_run steady-batch --mode batch --jobs "$STEADY_BATCH_JOBS" --batch "$BATCH"
+    f=$TMP/steady-batch.json
+    v=$(json "$f" "round(d['jobs_per_s'])")
+    row steady "batch($BATCH): jobs/s end to end" "$v" ">= 100000" "$(verdict "$v" '>=' 100000)"
+    row steady "batch($BATCH): push/s" "$(json "$f" "round(d['push_per_s'])")" "" ""
+    row steady "batch($BATCH): server CPU %" "$(json "$f" "d.get('server_cpu_pct')")" "" ""
+    row steady "batch($BATCH): exactly once" "$(json "$f" "d['exactly_once']")" "" ""
+    stop_server
+}
+
+scenario_latency() {
+    start_server "$TMP/latency"
+    local rate=$LAT_RATE
+    if [ -z "$rate" ]; then
+        echo "== latency: calibrating max rate with $LAT_CALIB_JOBS jobs" >&2
+        bench_run latency-calib --mode one --jobs "$LAT_CALIB_JOBS" --producers "$PRODUCERS" --workers "$WORKERS"
+        local max
+        max=$(json "$TMP/latency-calib.json" "d['jobs_per_s']")
+        rate=$(python3 -c "print(max(1, int($max / 2)))")
+        row latency "max rate (calibration run)" "$(printf '%.0f' "$max")" "" ""
+    fi
+    local jobs
+    jobs=$(python3 -c "print(max(100, int($rate * $LAT_SECONDS)))")
+    echo "== latency: $jobs jobs offered at $rate jobs/s" >&2
+    bench_run latency --mode one --jobs "$jobs" --rate "$rate" --producers "$PRODUCERS" --workers "$WORKERS"
+    local f=$TMP/latency.json p99
+    p99=$(json "$f" "d['latency_ms']['p99']")
+    row latency "offered rate (jobs/s)" "$rate" "" ""
+    row latency "achieved jobs/s" "$(json "$f" "round(d['jobs_per_s'])")" "" ""
+    row latency "pickup p50 / p90 ms" "$(json "$f" "'%s / %s' % (d['latency_ms']['p50'], d['latency_ms']['p90'])")" "" ""
+    row latency "pickup p99 ms" "$p99" "< 2" "$(verdict "$p99" '<' 2)"
+    row latency "pickup max ms" "$(json "$f" "d['latency_ms']['max']")" "" ""
+    stop_server
+}
+
+# fill DIR: start a server on DIR and queue $MILLION_JOBS jobs (leaves it running).
+fill() {
+    start_server "$1"
+    echo "== filling $MILLION_JOBS jobs" >&2
+    bench_run fill --fill "$MILLION_JOBS" --batch 500 --producers 4
+}
+
+scenario_million() {
+    fill "$TMP/million"
+    sleep 2
+    local rss hwm disk
+    rss=$(kib "$SERVER_PID" VmRSS)
+    hwm=$(kib "$SERVER_PID" VmHWM)
+    disk=$(du -sb "$TMP/million" | cut -f1)
+    row million "fill rate (PUSHB 500, 4 conns) jobs/s" "$(json "$TMP/fill.json" "round(d['push_per_s'])")" "" ""
+    row million "server VmRSS MiB ($MILLION_JOBS queued)" "$(mib "$rss")" "<= 1024" "$(verdict "$(mib "$rss")" '<=' 1024)"
+    row million "server VmHWM MiB (peak)" "$(mib "$hwm")" "<= 1024" "$(verdict "$(mib "$hwm")" '<=' 1024)"
+    row million "on-disk MiB (du -sb data dir)" "$(mib $((disk / 1024)))" "" ""
+    row million "on-disk bytes per queued job" "$((disk / MILLION_JOBS))" "" ""
+    if [ "$SCENARIO" = all ]; then
+        restart_measure "$TMP/million" # reuse the filled server
+    else
+        stop_server
+    fi
+}
+
+# restart_measure DIR: the server on DIR is running with $MILLION_JOBS queued; restart it on
+# the same port and time how long until it serves again.
+restart_measure() {
+    local dir=$1 listen=$ADDR t0 t1
+    echo "== restart with $MILLION_JOBS queued" >&2
+    t0=$(date +%s%N)
+    stop_server
+    t1=$(date +%s%N)
+    row restart "graceful stop s" "$(python3 -c "print(round(($t1-$t0)/1e9, 2))")" "" ""
+    local since
+    since=$(date +%s%N)
+    # The probe starts first and keeps trying to connect while the server boots.
+    "$BENCH" --addr "$listen" --probe-restart --expect "$MILLION_JOBS" --since-ns "$since" \
+        --timeout 300 --json >"$TMP/restart.json" &
+    local probe=$!
+    start_server "$dir" "$listen" info
+    if ! wait "$probe"; then
+        echo "restart probe failed" >&2
+        exit 1
+    fi
+    keep "$TMP/restart.json" restart
+    local f=$TMP/restart.json first all
+    first=$(json "$f" "d['first_fetch_s']")
+    all=$(json "$f" "d['all_fetchable_s']")
+    local rebuild
+    rebuild=$(grep -o 'index rebuilt.*' "$TMP/ojsd.err" | tail -1 | grep -o 'ms=[0-9]*' || true)
+    row restart "until first FETCH succeeds s" "$first" "<= 3" "$(verdict "$first" '<=' 3)"
+    row restart "until all $MILLION_JOBS fetchable s" "$all" "<= 3" "$(verdict "$all" '<=' 3)"
+    row restart "index rebuild (server log)" "${rebuild:-?}" "" ""
+    row restart "VmHWM MiB after restart" "$(mib "$(kib "$SERVER_PID" VmHWM)")" "" ""
+    stop_server
+}
+
+scenario_restart() {
+    fill "$TMP/restart"
+    restart_measure "$TMP/restart"
+}
+
+scenario_idle() {
+    start_server "$TMP/idle"
+    echo "== idle: $IDLE_CONNS connections blocked in FETCH for ${IDLE_SECONDS}s" >&2
+    if ! "$BENCH" --addr "$ADDR" --idle "$IDLE_CONNS" --seconds "$IDLE_SECONDS" \
+        --server-pid "$SERVER_PID" --json >"$TMP/idle.json"; then
+        cat "$TMP/idle.json" >&2
+        exit 1
+    fi
+    keep "$TMP/idle.json" idle
+    local f=$TMP/idle.json cpu
+    cpu=$(json "$f" "d['server_cpu_pct']")
+    row idle "connections held" "$(json "$f" "d['connections']")" "$IDLE_CONNS" ""
+    row idle "server CPU % over ${IDLE_SECONDS}s" "$cpu" "< 2" "$(verdict "$cpu" '<' 2)"
+    row idle "FETCH timeouts answered /s" "$(json "$f" "d['fetch_replies_per_s']")" "" ""
+    row idle "server VmRSS MiB" "$(mib "$(kib "$SERVER_PID" VmRSS)")" "" ""
+    stop_server
+}
+
+case "$SCENARIO" in
+steady) scenario_steady ;;
+latency) scenario_latency ;;
+million) scenario_million ;;
+restart) scenario_restart ;;
+idle) scenario_idle ;;
+all)
+    scenario_steady
+    scenario_latency
+    scenario_million # includes the restart measurement on the same data
+    scenario_idle
+    ;;
+esac
+
+echo
+echo "ojsd benchmark — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$RESULTS" <<'EOF'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+head = ["scenario", "metric", "value", "target", "verdict"]
+w = [max(len(r[i]) for r in rows + [head]) for i in range(5)]
+line = lambda r: "| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(r)) + " |"
+print(line(head))
+print("|" + "|".join("-" * (x + 2) for x in w) + "|")
+for r in rows:
+    print(line(r))
+EOF

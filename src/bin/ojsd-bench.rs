@@ -1,0 +1,247 @@
+//! `ojsd-bench`: a load generator for a running ojsd.
+//!
+//! The default run drives P producer and C worker connections over N jobs with a ~300-byte
+//! `args` payload and reports end-to-end jobs/s, the push rate and pickup latency (the time
+//! from the producer sending a job to a worker receiving it from FETCH). Every job carries
+//! its sequence number; the run fails (exit 1) unless each was delivered and acked exactly
+//! once. Helpers for the other scenarios: `--fill N`, `--idle N`, `--probe-restart`.
+
+#[path = "ojsd_bench/envelope.rs"]
+mod envelope;
+#[path = "ojsd_bench/extra.rs"]
+mod extra;
+#[path = "ojsd_bench/load.rs"]
+mod load;
+#[path = "ojsd_bench/report.rs"]
+mod report;
+
+use clap::{Parser, ValueEnum};
+use load::{LoadConfig, Mode, Shared};
+use report::{cpu_seconds, fmt_rate, round3, status_kib, table, Latency};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ModeArg {
+    /// PUSH / FETCH / ACK one job per command.
+    One,
+    /// PUSHB of --batch jobs, FETCH ... COUNT --batch, ACKs pipelined.
+    Batch,
+}
+
+/// Load generator for ojsd.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Server address.
+    #[arg(long, env = "OJSD_ADDR", default_value = "127.0.0.1:7419")]
+    addr: String,
+    #[arg(long, value_enum, default_value = "one")]
+    mode: ModeArg,
+    /// Jobs to push, fetch and ack.
+    #[arg(long, default_value_t = 100_000)]
+    jobs: u64,
+    /// Producer connections [default: 16 in `one` mode, 4 in `batch` mode].
+    #[arg(long)]
+    producers: Option<usize>,
+    /// Worker connections [default: 16 in `one` mode, 4 in `batch` mode].
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Jobs per PUSHB and per FETCH COUNT in `batch` mode (FETCH COUNT is capped at 1000).
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Offered load in jobs/s over all producers (default: as fast as possible).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Commands in flight per connection. At 1 a worker sends its ACKs (all of a batch at
+    /// once in `batch` mode), reads their replies, then FETCHes. Above 1 it keeps several
+    /// FETCHes open with ACKs in between; ojsd flushes an ACK reply only once the FETCH
+    /// behind it answers, so the last ACKs may be read up to the fetch wait (2 s) late.
+    #[arg(long, default_value_t = 1)]
+    pipeline: usize,
+    /// Approximate bytes of `args` per job.
+    #[arg(long, default_value_t = 300)]
+    payload: usize,
+    /// Queue the jobs go to.
+    #[arg(long, default_value = "bench")]
+    queue: String,
+    /// Give up after this many seconds (the run then fails).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Server process id: adds its CPU time and memory (from /proc) to the report.
+    #[arg(long)]
+    server_pid: Option<String>,
+    /// Only push N jobs (PUSHB, --batch per command, --producers connections) and exit.
+    #[arg(long, value_name = "N", conflicts_with_all = ["idle", "probe_restart"])]
+    fill: Option<u64>,
+    /// Hold N connections blocked in FETCH on an empty queue for --seconds.
+    #[arg(long, value_name = "N", conflicts_with = "probe_restart")]
+    idle: Option<usize>,
+    /// How long --idle measures once every connection is up.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Wait for a (re)starting server: time to connect, first FETCH and --expect jobs visible.
+    #[arg(long)]
+    probe_restart: bool,
+    /// Jobs the restarted server should show in --queue.
+    #[arg(long, default_value_t = 1)]
+    expect: u64,
+    /// Start of the restart clock, unix nanoseconds (default: when the probe starts).
+    #[arg(long)]
+    since_ns: Option<u64>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let code = if let Some(n) = args.idle {
+        let queue = format!("{}-idle", args.queue);
+        let out = extra::idle(
+            &args.addr,
+            &queue,
+            n,
+            args.seconds,
+            args.server_pid.as_deref(),
+        );
+        emit(&args, "idle connections", &out);
+        i32::from(out["failed"].as_u64() != Some(0))
+    } else if args.probe_restart {
+        let timeout = Duration::from_secs(args.timeout);
+        match extra::probe_restart(&args.addr, &args.queue, args.expect, args.since_ns, timeout) {
+            Ok(out) => {
+                emit(&args, "restart probe", &out);
+                0
+            }
+            Err(e) => {
+                eprintln!("ojsd-bench: restart probe failed: {e}");
+                1
+            }
+        }
+    } else {
+        load_run(&args)
+    };
+    std::process::exit(code);
+}
+
+fn load_run(args: &Args) -> i32 {
+    let mode = match args.mode {
+        ModeArg::One => Mode::One,
+        ModeArg::Batch => Mode::Batch,
+    };
+    let fill = args.fill.is_some();
+    let default_conns = if mode == Mode::One { 16 } else { 4 };
+    let cfg = LoadConfig {
+        addr: args.addr.clone(),
+        mode: if fill { Mode::Batch } else { mode },
+        jobs: args.fill.unwrap_or(args.jobs),
+        producers: args.producers.unwrap_or(default_conns).max(1),
+        workers: if fill {
+            0
+        } else {
+            args.workers.unwrap_or(default_conns).max(1)
+        },
+        batch: args.batch.max(1),
+        rate: args.rate.filter(|r| *r > 0.0),
+        pipeline: args.pipeline.max(1),
+        timeout: Duration::from_secs(args.timeout),
+        payload: args.payload,
+        queue: args.queue.clone(),
+        run: u64::from(rand::random::<u32>()),
+    };
+    let shared = Arc::new(Shared::new(cfg.jobs, cfg.timeout));
+    let srv_cpu0 = args.server_pid.as_deref().and_then(cpu_seconds);
+    let lat = load::run(&cfg, &shared);
+    let wall = shared.start.elapsed().as_secs_f64();
+    let srv_cpu1 = args.server_pid.as_deref().and_then(cpu_seconds);
+    // An unfinished run (timeout, failure) is rated by what it did over the whole run.
+    let secs = |ns: u64| if ns == 0 { wall } else { ns as f64 / 1e9 };
+    let push_s = secs(shared.push_done_ns.load(Ordering::Relaxed));
+    let end_s = secs(shared.all_acked_ns.load(Ordering::Relaxed));
+    let pushed = shared.pushed.load(Ordering::Relaxed);
+    let acked = shared.acked.load(Ordering::Relaxed);
+    let errors = shared.errors.load(Ordering::Relaxed);
+    let first_error = shared
+        .first_error
+        .lock()
+        .map(|e| e.clone())
+        .unwrap_or_default();
+    let mut out = json!({
+        "mode": if fill { "fill" } else if mode == Mode::One { "one" } else { "batch" },
+        "jobs": cfg.jobs,
+        "producers": cfg.producers,
+        "workers": cfg.workers,
+        "batch": if mode == Mode::Batch || fill { json!(cfg.batch) } else { Value::Null },
+        "pipeline": cfg.pipeline,
+        "rate_offered": cfg.rate,
+        "payload_args_bytes": envelope::Envelope::new(&cfg.queue, 0, cfg.payload).args_bytes(),
+        "push_per_s": round3(pushed as f64 / push_s),
+        "push_s": round3(push_s),
+        "errors": errors,
+        "first_error": first_error,
+        "client_cpu_s": cpu_seconds("self").map(round3),
+    });
+    let mut ok = errors == 0 && pushed == cfg.jobs;
+    if !fill {
+        let tally = load::tally(&shared);
+        let latency = Latency::from_nanos(lat);
+        ok &= tally.missing == 0 && tally.duplicates == 0 && tally.unacked == 0;
+        out["jobs_per_s"] = json!(round3(acked as f64 / end_s));
+        out["elapsed_s"] = json!(round3(end_s));
+        out["latency_ms"] = latency.json();
+        out["exactly_once"] = json!({
+            "ok": tally.missing == 0 && tally.duplicates == 0 && tally.unacked == 0,
+            "acked": acked,
+            "missing": tally.missing,
+            "duplicates": tally.duplicates,
+            "unacked": tally.unacked,
+            "foreign": shared.foreign.load(Ordering::Relaxed),
+        });
+    }
+    if let (Some(a), Some(b)) = (srv_cpu0, srv_cpu1) {
+        out["server_cpu_s"] = json!(round3(b - a));
+        out["server_cpu_pct"] = json!(round3((b - a) / wall * 100.0));
+    }
+    if let Some(pid) = args.server_pid.as_deref() {
+        out["server_vmrss_kib"] = json!(status_kib(pid, "VmRSS"));
+        out["server_vmhwm_kib"] = json!(status_kib(pid, "VmHWM"));
+    }
+    out["ok"] = json!(ok);
+    emit(
+        args,
+        &format!("ojsd-bench {}", out["mode"].as_str().unwrap_or("")),
+        &out,
+    );
+    if !ok {
+        eprintln!("ojsd-bench: FAILED (errors {errors}; first: {first_error:?})");
+    }
+    i32::from(!ok)
+}
+
+/// The JSON object on one line, or a table with rates and latencies spelled out.
+fn emit(args: &Args, title: &str, out: &Value) {
+    if args.json {
+        println!("{out}");
+        return;
+    }
+    let mut rows = Vec::new();
+    let Value::Object(map) = out else { return };
+    for (k, v) in map {
+        let shown = match (k.as_str(), v) {
+            ("jobs_per_s" | "push_per_s", Value::Number(x)) => fmt_rate(x.as_f64().unwrap_or(0.0)),
+            ("latency_ms", Value::Object(l)) => format!(
+                "p50 {} ms, p90 {} ms, p99 {} ms, max {} ms ({} samples)",
+                l["p50"], l["p90"], l["p99"], l["max"], l["samples"]
+            ),
+            (_, Value::Null) => continue,
+            (_, Value::String(s)) if s.is_empty() => continue,
+            (_, Value::String(s)) => s.clone(),
+            (_, other) => other.to_string(),
+        };
+        rows.push((k.clone(), shown));
+    }
+    table(title, &rows);
+}

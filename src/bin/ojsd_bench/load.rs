@@ -1,0 +1,430 @@
+//! The load itself: producer and worker connections, one thread each, and the shared
+//! bookkeeping for exactly-once delivery, pickup latency and timing.
+
+use super::envelope::{ack_line, parse_fetched, unix_nanos, Envelope};
+use ojs_client::{Client, ConnectOptions, Reply};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// PUSH / FETCH / ACK, one job per command.
+    One,
+    /// PUSHB of `batch` jobs, FETCH ... COUNT `batch`, ACKs pipelined ahead of the next FETCH.
+    Batch,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub addr: String,
+    pub mode: Mode,
+    pub jobs: u64,
+    pub producers: usize,
+    pub workers: usize,
+    pub batch: usize,
+    /// Offered load, jobs/s over all producers; `None` is as fast as possible.
+    pub rate: Option<f64>,
+    /// Commands in flight per connection.
+    pub pipeline: usize,
+    pub timeout: Duration,
+    pub payload: usize,
+    pub queue: String,
+    pub run: u64,
+}
+
+/// State every thread of a run shares.
+pub struct Shared {
+    pub n: u64,
+    pub start: Instant,
+    pub deadline: Instant,
+    /// Per job: how many times a FETCH delivered it, and how many ACKs succeeded (saturating).
+    pub fetched: Vec<AtomicU8>,
+    pub acks: Vec<AtomicU8>,
+    pub unique_delivered: AtomicU64,
+    pub acked: AtomicU64,
+    pub pushed: AtomicU64,
+    /// Jobs of another run (or without bench metadata) that were fetched and acked.
+    pub foreign: AtomicU64,
+    pub errors: AtomicU64,
+    pub first_error: Mutex<Option<String>>,
+    /// Elapsed ns (since `start`) at the last push reply and at the ACK that completed the run.
+    pub push_done_ns: AtomicU64,
+    pub all_acked_ns: AtomicU64,
+    pub abort: AtomicBool,
+}
+
+impl Shared {
+    pub fn new(n: u64, timeout: Duration) -> Shared {
+        let start = Instant::now();
+        Shared {
+            n,
+            start,
+            deadline: start + timeout,
+            fetched: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            acks: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            unique_delivered: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            pushed: AtomicU64::new(0),
+            foreign: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+            push_done_ns: AtomicU64::new(0),
+            all_acked_ns: AtomicU64::new(0),
+            abort: AtomicBool::new(false),
+        }
+    }
+
+    pub fn elapsed_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    pub fn error(&self, msg: String) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(msg);
+        }
+    }
+
+    /// Stop everything: a connection failed or the run timed out.
+    pub fn fatal(&self, msg: String) {
+        self.error(msg);
+        self.abort.store(true, Ordering::Relaxed);
+    }
+
+    fn should_stop(&self) -> bool {
+        if self.abort.load(Ordering::Relaxed) {
+            return true;
+        }
+        if Instant::now() >= self.deadline {
+            self.abort.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    fn fetching_done(&self) -> bool {
+        self.unique_delivered.load(Ordering::Relaxed) >= self.n
+    }
+
+    fn bump(slot: &AtomicU8) -> u8 {
+        slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_add(1))
+        })
+        .unwrap_or(u8::MAX)
+    }
+}
+
+/// The slice `[from, to)` of sequence numbers producer `i` of `p` is responsible for.
+pub fn share(n: u64, p: usize, i: usize) -> (u64, u64) {
+    let p = p as u64;
+    let i = i as u64;
+    (n * i / p, n * (i + 1) / p)
+}
+
+fn connect(cfg: &LoadConfig, wid: Option<String>) -> ojs_client::Result<Client> {
+    let opts = ConnectOptions {
+        wid,
+        // Above the server's FETCH block time, so an idle FETCH is not a timeout.
+        timeout: Some(Duration::from_secs(15)),
+        ..Default::default()
+    };
+    Client::connect_with(&cfg.addr, &opts)
+}
+
+/// One producer connection: pushes its share, `unit` jobs per command, keeping up to
+/// `pipeline` commands in flight, paced to its part of `rate`.
+pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
+    let (from, to) = share(shared.n, cfg.producers, idx);
+    let mut client = match connect(cfg, None) {
+        Ok(c) => c,
+        Err(e) => return shared.fatal(format!("producer {idx}: connect: {e}")),
+    };
+    let unit = match cfg.mode {
+        Mode::One => 1,
+        Mode::Batch => cfg.batch.max(1) as u64,
+    };
+    // Seconds between two commands of this producer at the offered rate.
+    let interval = cfg
+        .rate
+        .map(|r| unit as f64 * cfg.producers as f64 / r.max(1e-9));
+    let depth = cfg.pipeline.max(1);
+    let t0 = Instant::now();
+    let mut in_flight: VecDeque<u64> = VecDeque::new();
+    let mut seq = from;
+    let mut sent = 0u64;
+    loop {
+        if shared.should_stop() {
+            return;
+        }
+        if seq >= to && in_flight.is_empty() {
+            break;
+        }
+        if seq < to && in_flight.len() < depth {
+            if let Some(iv) = interval {
+                let due = t0 + Duration::from_secs_f64(iv * sent as f64);
+                let now = Instant::now();
+                if due > now && !in_flight.is_empty() {
+                    // Collect a reply while waiting for the next slot.
+                    if !read_push(&mut client, shared, &mut in_flight, idx) {
+                        return;
+                    }
+                    continue;
+                }
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            let end = (seq + unit).min(to);
+            let line = match cfg.mode {
+                Mode::One => env.push_line(seq),
+                Mode::Batch => env.pushb_line(seq, end),
+            };
+            if let Err(e) = client.send_line(&line) {
+                return shared.fatal(format!("producer {idx}: send: {e}"));
+            }
+            in_flight.push_back(end - seq);
+            seq = end;
+            sent += 1;
+            let room = in_flight.len() < depth && seq < to;
+            if room && interval.is_none() {
+                continue; // fill the pipeline before flushing
+            }
+            if let Err(e) = client.flush() {
+                return shared.fatal(format!("producer {idx}: flush: {e}"));
+            }
+            if room {
+                continue; // paced: send the next one on time, read replies meanwhile
+            }
+        }
+        if !read_push(&mut client, shared, &mut in_flight, idx) {
+            return;
+        }
+    }
+    let _ = client.end();
+}
+
+fn read_push(
+    client: &mut Client,
+    shared: &Shared,
+    in_flight: &mut VecDeque<u64>,
+    idx: usize,
+) -> bool {
+    let count = in_flight.pop_front().unwrap_or(0);
+    match client.read_reply() {
+        Ok(Reply::Bulk(_)) => {
+            let total = shared.pushed.fetch_add(count, Ordering::Relaxed) + count;
+            if total >= shared.n {
+                shared
+                    .push_done_ns
+                    .store(shared.elapsed_ns(), Ordering::Relaxed);
+            }
+            true
+        }
+        Ok(other) => {
+            shared.fatal(format!("producer {idx}: push refused: {other:?}"));
+            false
+        }
+        Err(e) => {
+            shared.fatal(format!("producer {idx}: read: {e}"));
+            false
+        }
+    }
+}
+
+enum Cmd {
+    Fetch,
+    /// The ACK of this job sequence number (`None` for a foreign job).
+    Ack(Option<u64>),
+}
+
+/// One worker connection: FETCH (or FETCH COUNT), ACK every job, until every job of the run
+/// has been delivered. Returns the pickup latencies it observed, in nanoseconds.
+pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
+    let mut lat = Vec::with_capacity((shared.n as usize / cfg.workers.max(1)) + 16);
+    let wid = format!("bench-{:x}-w{idx}", cfg.run);
+    let mut client = match connect(cfg, Some(wid)) {
+        Ok(c) => c,
+        Err(e) => {
+            shared.fatal(format!("worker {idx}: connect: {e}"));
+            return lat;
+        }
+    };
+    let fetch = match cfg.mode {
+        Mode::One => format!("FETCH {}", cfg.queue),
+        Mode::Batch => format!("FETCH {} COUNT {}", cfg.queue, cfg.batch.clamp(1, 1000)),
+    };
+    let depth = cfg.pipeline.max(1);
+    let mut out: VecDeque<Cmd> = VecDeque::new();
+    let mut fetches = 0usize;
+    loop {
+        // With one command in flight (the default), the next FETCH waits for the ACK replies:
+        // the server holds a pipelined reply unflushed while a FETCH behind it blocks.
+        let acks_pending = out.iter().any(|c| matches!(c, Cmd::Ack(_)));
+        while fetches < depth
+            && (depth > 1 || !acks_pending)
+            && !shared.fetching_done()
+            && !shared.should_stop()
+        {
+            if let Err(e) = client.send_line(&fetch) {
+                shared.fatal(format!("worker {idx}: send: {e}"));
+                return lat;
+            }
+            out.push_back(Cmd::Fetch);
+            fetches += 1;
+        }
+        if let Err(e) = client.flush() {
+            shared.fatal(format!("worker {idx}: flush: {e}"));
+            return lat;
+        }
+        // Only idle FETCHes left and nothing more to fetch: abandon them (they would block
+        // until the server's fetch wait runs out) and hang up.
+        let only_fetches = out.iter().all(|c| matches!(c, Cmd::Fetch));
+        if out.is_empty() || (only_fetches && shared.fetching_done()) || shared.should_stop() {
+            break;
+        }
+        let reply = match client.read_reply() {
+            Ok(r) => r,
+            Err(e) => {
+                shared.fatal(format!("worker {idx}: read: {e}"));
+                return lat;
+            }
+        };
+        match out.pop_front() {
+            Some(Cmd::Fetch) => {
+                fetches -= 1;
+                let got = unix_nanos();
+                let body = match reply {
+                    Reply::Null => continue,
+                    Reply::Bulk(b) => b,
+                    other => {
+                        shared.error(format!("worker {idx}: FETCH answered {other:?}"));
+                        continue;
+                    }
+                };
+                let jobs = match parse_fetched(&body) {
+                    Ok(j) => j,
+                    Err(e) => {
+                        shared.fatal(format!("worker {idx}: {e}"));
+                        return lat;
+                    }
+                };
+                for job in jobs {
+                    let seq = job
+                        .meta
+                        .bench_seq
+                        .filter(|s| job.meta.bench_run == cfg.run && *s < shared.n);
+                    match seq {
+                        Some(s) => {
+                            lat.push(got.saturating_sub(job.meta.bench_ts));
+                            if Shared::bump(&shared.fetched[s as usize]) == 0 {
+                                shared.unique_delivered.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        None => {
+                            shared.foreign.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    if let Err(e) = client.send_line(&ack_line(&job.id)) {
+                        shared.fatal(format!("worker {idx}: send: {e}"));
+                        return lat;
+                    }
+                    out.push_back(Cmd::Ack(seq));
+                }
+            }
+            Some(Cmd::Ack(seq)) => match reply {
+                Reply::Simple(_) => {
+                    if let Some(s) = seq {
+                        Shared::bump(&shared.acks[s as usize]);
+                        let done = shared.acked.fetch_add(1, Ordering::Relaxed) + 1;
+                        if done == shared.n {
+                            shared
+                                .all_acked_ns
+                                .store(shared.elapsed_ns(), Ordering::Relaxed);
+                        }
+                    }
+                }
+                other => shared.error(format!("worker {idx}: ACK answered {other:?}")),
+            },
+            None => break,
+        }
+    }
+    lat
+}
+
+/// Exactly-once tally: jobs never delivered, delivered more than once, never acked.
+pub struct Tally {
+    pub missing: u64,
+    pub duplicates: u64,
+    pub unacked: u64,
+}
+
+pub fn tally(shared: &Shared) -> Tally {
+    let mut t = Tally {
+        missing: 0,
+        duplicates: 0,
+        unacked: 0,
+    };
+    for (f, a) in shared.fetched.iter().zip(&shared.acks) {
+        let (f, a) = (f.load(Ordering::Relaxed), a.load(Ordering::Relaxed));
+        if f == 0 {
+            t.missing += 1;
+        }
+        if f > 1 || a > 1 {
+            t.duplicates += 1;
+        }
+        if a == 0 {
+            t.unacked += 1;
+        }
+    }
+    t
+}
+
+/// Run producers and workers to completion (or timeout); returns all pickup latencies.
+pub fn run(cfg: &LoadConfig, shared: &Arc<Shared>) -> Vec<u64> {
+    let env = Arc::new(Envelope::new(&cfg.queue, cfg.run, cfg.payload));
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for w in 0..cfg.workers {
+        let (cfg, shared, active) = (cfg.clone(), shared.clone(), active.clone());
+        handles.push(spawn(format!("w{w}"), move || {
+            active.fetch_add(1, Ordering::Relaxed);
+            worker(&cfg, &shared, w)
+        }));
+    }
+    let mut producers = Vec::new();
+    for p in 0..cfg.producers {
+        let (cfg, shared, env) = (cfg.clone(), shared.clone(), env.clone());
+        producers.push(spawn(format!("p{p}"), move || {
+            producer(&cfg, &shared, &env, p);
+            Vec::new()
+        }));
+    }
+    let mut lat = Vec::with_capacity(shared.n as usize);
+    for h in producers.into_iter().chain(handles) {
+        match h.join() {
+            Ok(mut l) => lat.append(&mut l),
+            Err(_) => shared.fatal("a load thread panicked".into()),
+        }
+    }
+    if Instant::now() >= shared.deadline && shared.acked.load(Ordering::Relaxed) < shared.n {
+        shared.error(format!(
+            "timed out after {:?}",
+            shared.deadline - shared.start
+        ));
+    }
+    lat
+}
+
+pub fn spawn<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name)
+        .stack_size(256 * 1024)
+        .spawn(f)
+        .expect("spawn thread")
+}
