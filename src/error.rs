@@ -13,6 +13,7 @@ pub enum ErrorCode {
     InvalidMetadata,
     InvalidStateTransition,
     InvalidRetryPolicy,
+    InvalidCronExpression,
     // §4.2 conflict
     DuplicateJob,
     /// The job is reserved by another worker (custom code, ojs-errors §8).
@@ -44,6 +45,7 @@ impl ErrorCode {
             ErrorCode::InvalidMetadata => "INVALID_METADATA",
             ErrorCode::InvalidStateTransition => "INVALID_STATE_TRANSITION",
             ErrorCode::InvalidRetryPolicy => "INVALID_RETRY_POLICY",
+            ErrorCode::InvalidCronExpression => "INVALID_CRON_EXPRESSION",
             ErrorCode::DuplicateJob => "DUPLICATE_JOB",
             ErrorCode::NotOwner => "NOT_OWNER",
             ErrorCode::CursorExpired => "CURSOR_EXPIRED",

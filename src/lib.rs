@@ -2,6 +2,7 @@
 //! Faktory-style line protocol. Data flows one way: socket → codec → command → engine
 //! (channel) → store commit → reply.
 
+pub mod cron;
 pub mod engine;
 pub mod error;
 pub mod events;
@@ -10,3 +11,4 @@ pub mod job;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod workflow;

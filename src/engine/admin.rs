@@ -1,4 +1,5 @@
-//! Heartbeats, INFO, queue pause/resume and the dead-letter set.
+//! Heartbeats, INFO, the QUEUE command (pause/resume here; list, stats and purge in
+//! admin_queues.rs) and worker directives. The dead-letter set is in dead.rs.
 
 use super::events::job_data;
 use super::index::TimerKind;
@@ -7,7 +8,7 @@ use super::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{format_ts, State};
-use crate::protocol::command::{DeadCmd, QueueCmd, WorkerDirective};
+use crate::protocol::command::{QueueCmd, WorkerDirective};
 use crate::protocol::Reply;
 use crate::store::Space;
 use serde_json::{json, Map, Value};
@@ -177,6 +178,7 @@ impl Engine {
                 "failed": self.stats.failed,
                 "jobs": self.index.jobs.len(),
                 "dead": self.index.dead.len(),
+                "unique_keys": self.index.unique.jobs(),
                 "waiting_fetches": self.waiters.len(),
             },
             "queues": queues,
@@ -189,11 +191,30 @@ impl Engine {
         txn: &mut Txn,
         cmd: QueueCmd,
         actor: Option<&Arc<str>>,
-    ) -> OjsResult<()> {
-        let (names, pause) = match cmd {
-            QueueCmd::Pause(n) => (n, true),
-            QueueCmd::Resume(n) => (n, false),
+    ) -> OjsResult<Out> {
+        let reply = match cmd {
+            QueueCmd::Pause(n) => self.pause_queues(txn, n, true, actor).map(|_| Reply::Ok),
+            QueueCmd::Resume(n) => self.pause_queues(txn, n, false, actor).map(|_| Reply::Ok),
+            QueueCmd::List => Ok(self.queue_list()),
+            QueueCmd::Stats(name) => self.queue_stats(txn, &name),
+            QueueCmd::Purge {
+                queue,
+                states,
+                older_than,
+            } => self.queue_purge(txn, &queue, &states, older_than),
         };
+        reply.map(Out::Reply)
+    }
+
+    /// QUEUE PAUSE/RESUME: durable (a meta record per paused queue), announced with
+    /// `queue.paused` / `queue.resumed` when the state changes.
+    fn pause_queues(
+        &mut self,
+        txn: &mut Txn,
+        names: Vec<String>,
+        pause: bool,
+        actor: Option<&Arc<str>>,
+    ) -> OjsResult<()> {
         if let Some(bad) = names.iter().find(|n| !crate::job::is_valid_queue(n)) {
             return Err(OjsError::new(
                 ErrorCode::InvalidQueue,
@@ -226,84 +247,9 @@ impl Engine {
         }
         Ok(())
     }
-
-    fn dead_id(&self, id: &str) -> OjsResult<uuid::Uuid> {
-        let uid = super::jobs::parse_id(id)?;
-        match self.index.jobs.get(&uid) {
-            Some(e) if e.state == State::Discarded => Ok(uid),
-            Some(e) => Err(OjsError::new(
-                ErrorCode::InvalidStateTransition,
-                format!(
-                    "job {uid} is {}, not in the dead-letter set",
-                    e.state.as_str()
-                ),
-            )),
-            None => Err(super::jobs::not_found(id)),
-        }
-    }
-
-    pub(super) fn dead_cmd(&mut self, txn: &mut Txn, cmd: DeadCmd) -> OjsResult<Out> {
-        match cmd {
-            DeadCmd::List {
-                queue,
-                job_type,
-                limit,
-                offset,
-            } => {
-                let qid = queue.as_deref().map(|q| self.index.find_queue(q));
-                let mut total = 0usize;
-                let mut jobs = Vec::new();
-                // Newest first: what an operator looks at after an incident.
-                for (_, uid) in self.index.dead.iter().rev() {
-                    if let Some(want) = qid {
-                        if self.index.jobs.get(uid).map(|e| e.queue) != want {
-                            continue;
-                        }
-                    }
-                    let need_body = job_type.is_some() || (total >= offset && jobs.len() < limit);
-                    if !need_body {
-                        total += 1;
-                        continue;
-                    }
-                    let Some(job) = txn.job(self.store.as_ref(), *uid)? else {
-                        continue;
-                    };
-                    if job_type.as_deref().is_some_and(|t| t != job.job_type) {
-                        continue;
-                    }
-                    if total >= offset && jobs.len() < limit {
-                        jobs.push(serde_json::to_value(&job).unwrap_or(Value::Null));
-                    }
-                    total += 1;
-                }
-                Ok(Out::Reply(Reply::json(
-                    &json!({"total": total, "jobs": jobs}),
-                )))
-            }
-            DeadCmd::Retry(id) => {
-                let uid = self.dead_id(&id)?;
-                // ojs-core §6.3: manual retry resets attempt and clears errors.
-                let job = txn.job_mut(self.store.as_ref(), uid)?;
-                job.attempt = 0;
-                job.error = None;
-                job.errors.clear();
-                job.discarded_at = None;
-                job.completed_at = None;
-                job.started_at = None;
-                self.index.dead.retain(|(_, id)| *id != uid);
-                self.make_available(txn, uid, Some(crate::events::Component::Api))?;
-                Ok(Out::Reply(Reply::Ok))
-            }
-            DeadCmd::Delete(id) => {
-                let uid = self.dead_id(&id)?;
-                self.delete_job(txn, uid);
-                Ok(Out::Reply(Reply::Ok))
-            }
-        }
-    }
 }
 
-fn directive_name(d: Option<WorkerDirective>) -> &'static str {
+pub(super) fn directive_name(d: Option<WorkerDirective>) -> &'static str {
     match d {
         None => "running",
         Some(WorkerDirective::Quiet) => "quiet",

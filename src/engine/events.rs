@@ -151,6 +151,16 @@ impl Engine {
 
     pub(super) fn observe(&mut self, data: &Map<String, Value>, what: super::metrics::Observe) {
         let s = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or("");
+        // Per-queue throughput for QUEUE STATS: completions and failed attempts.
+        let done = match &what {
+            super::metrics::Observe::Completed { .. } => Some(true),
+            super::metrics::Observe::Failed { .. } => Some(false),
+            _ => None,
+        };
+        if let (Some(ok), Some(q)) = (done, self.index.find_queue(s("queue"))) {
+            let now = self.now_ms();
+            self.index.queue_mut(q).throughput.record(now, ok);
+        }
         self.metrics.observe(s("job_type"), s("queue"), what);
     }
 

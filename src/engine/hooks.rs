@@ -11,6 +11,19 @@ impl Engine {
     /// `uid` just reached the terminal `state` (completed, discarded or cancelled).
     pub(super) fn settled(&mut self, txn: &mut Txn, uid: Uuid, state: State) {
         debug_assert!(state.is_terminal());
-        let _ = (txn, uid);
+        self.cron_settled(txn, uid);
+        self.workflow_job_settled(txn, uid, state);
+    }
+
+    /// `uid` was deleted (pruned, purged, or removed from the dead-letter set), possibly
+    /// before it finished.
+    pub(super) fn deleted(&mut self, txn: &mut Txn, uid: Uuid) {
+        self.cron_settled(txn, uid);
+        self.workflow_job_deleted(txn, uid);
+    }
+
+    /// `uid` was just claimed by a FETCH (available → active).
+    pub(super) fn started(&mut self, txn: &mut Txn, uid: Uuid) {
+        self.workflow_job_started(txn, uid);
     }
 }

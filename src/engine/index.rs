@@ -62,6 +62,8 @@ pub struct Queue {
     /// Available jobs, highest priority then lowest seq first. Entries whose job has since
     /// left `available` (or was re-queued with a new seq) are stale and skipped on pop.
     heap: BinaryHeap<HeapItem>,
+    /// Completions and failures of recent minutes (QUEUE STATS).
+    pub throughput: super::throughput::Throughput,
 }
 
 fn state_slot(s: State) -> usize {
@@ -81,7 +83,11 @@ pub struct Index {
     queue_ids: HashMap<String, QueueId>,
     timers: BTreeSet<(i64, Uuid, TimerKind)>,
     /// Discarded jobs by discard time (DEAD LIST walks it newest first; pruning takes the oldest).
+    /// Change it through `add_dead`/`remove_dead`, which keep `dead_at` in step.
     pub dead: BTreeSet<(i64, Uuid)>,
+    dead_at: HashMap<Uuid, i64>,
+    /// Uniqueness keys of the jobs that carry a `unique` policy (ojs-unique-jobs).
+    pub unique: super::unique::UniqueIndex,
     pub next_seq: u64,
 }
 
@@ -196,6 +202,9 @@ impl Index {
 
     pub fn remove(&mut self, id: Uuid) -> Option<Entry> {
         let e = self.jobs.remove(&id)?;
+        // A deleted job holds no unique key and is no dead letter, however it was deleted.
+        self.unique.forget(id);
+        self.remove_dead(id);
         if let Some((due, kind)) = e.timer {
             self.timers.remove(&(due, id, kind));
         }
@@ -205,6 +214,41 @@ impl Index {
         let q = &mut self.queues[e.queue as usize];
         q.counts[state_slot(e.state)] -= 1;
         Some(e)
+    }
+
+    /// Record a job that became `discarded` at `at_ms` in the dead-letter set.
+    pub fn add_dead(&mut self, at_ms: i64, id: Uuid) {
+        if let Some(old) = self.dead_at.insert(id, at_ms) {
+            self.dead.remove(&(old, id));
+        }
+        self.dead.insert((at_ms, id));
+    }
+
+    /// Take a job out of the dead-letter set (retried or deleted).
+    pub fn remove_dead(&mut self, id: Uuid) {
+        match self.dead_at.remove(&id) {
+            Some(at) => {
+                self.dead.remove(&(at, id));
+            }
+            // Only when something was inserted into `dead` directly: the slow way.
+            None if self.dead.len() != self.dead_at.len() => self.dead.retain(|(_, d)| *d != id),
+            None => {}
+        }
+    }
+
+    /// The available job of a queue that has waited longest (lowest FIFO seq), found by a
+    /// scan of the heap: for QUEUE STATS, not for the hot path.
+    pub fn oldest_available(&self, q: QueueId) -> Option<Uuid> {
+        self.queues[q as usize]
+            .heap
+            .iter()
+            .filter(|it| {
+                self.jobs
+                    .get(&it.id)
+                    .is_some_and(|e| e.state == State::Available && e.seq == it.seq.0)
+            })
+            .min_by_key(|it| it.seq.0)
+            .map(|it| it.id)
     }
 
     /// Pop the best available job of a queue, skipping stale heap items.

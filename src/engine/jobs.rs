@@ -12,7 +12,6 @@ use crate::job::retry::RetryDecision;
 use crate::job::validate::{parse_new_job, NewJob};
 use crate::job::{format_ts, State};
 use serde_json::{json, Value};
-use std::collections::HashSet;
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -39,7 +38,7 @@ fn wrong_state(id: Uuid, state: State, op: &str, needs: &str) -> OjsError {
 }
 
 impl Engine {
-    fn validate_new(&self, value: Value, len: usize) -> OjsResult<(Uuid, NewJob)> {
+    pub(super) fn validate_new(&self, value: Value, len: usize) -> OjsResult<(Uuid, NewJob)> {
         let new = parse_new_job(value, len, self.now, &self.cfg.limits)?;
         let id = Uuid::parse_str(&new.job.id)
             .map_err(|_| OjsError::new(ErrorCode::InvalidPayload, "id must be a UUIDv7"))?;
@@ -52,7 +51,9 @@ impl Engine {
         Ok((id, new))
     }
 
-    fn insert_new(&mut self, txn: &mut Txn, id: Uuid, new: NewJob) {
+    /// Store a validated job (PUSH and PUSHB themselves, with the uniqueness check, are
+    /// in unique.rs).
+    pub(super) fn insert_new(&mut self, txn: &mut Txn, id: Uuid, new: NewJob) {
         let NewJob { mut job, pending } = new;
         let now_ms = self.now_ms();
         let scheduled = job.scheduled_time().map(|t| t.timestamp_millis());
@@ -100,40 +101,6 @@ impl Engine {
         }
         txn.jobs.insert(id, Some(job));
         self.stats.enqueued += 1;
-    }
-
-    pub(super) fn push(&mut self, txn: &mut Txn, value: Value, len: usize) -> OjsResult<Uuid> {
-        let (id, new) = self.validate_new(value, len)?;
-        self.insert_new(txn, id, new);
-        Ok(id)
-    }
-
-    /// All or nothing: every job is validated before any is inserted.
-    pub(super) fn push_batch(
-        &mut self,
-        txn: &mut Txn,
-        jobs: Vec<(Value, usize)>,
-    ) -> OjsResult<Vec<Uuid>> {
-        let mut valid = Vec::with_capacity(jobs.len());
-        let mut seen = HashSet::with_capacity(jobs.len());
-        for (i, (value, len)) in jobs.into_iter().enumerate() {
-            let (id, new) = self.validate_new(value, len).map_err(|e| OjsError {
-                code: e.code,
-                message: format!("job {i}: {}; no job was enqueued", e.message),
-            })?;
-            if !seen.insert(id) {
-                return Err(OjsError::new(
-                    ErrorCode::DuplicateJob,
-                    format!("job {i}: id {id} appears twice in the batch; no job was enqueued"),
-                ));
-            }
-            valid.push((id, new));
-        }
-        let ids = valid.iter().map(|(id, _)| *id).collect();
-        for (id, new) in valid {
-            self.insert_new(txn, id, new);
-        }
-        Ok(ids)
     }
 
     /// Claim up to `count` jobs, queues in the given order, best job first within a queue.
@@ -225,6 +192,7 @@ impl Engine {
         if let Some(w) = wid {
             self.workers.hold(w, id);
         }
+        self.started(txn, id);
         Ok(())
     }
 
@@ -424,30 +392,21 @@ impl Engine {
         Ok(())
     }
 
-    /// Bookkeeping for a job that just became `discarded`: the dead-letter set and its limits.
-    fn discarded(&mut self, txn: &mut Txn, uid: Uuid, now_ms: i64) {
-        let prune = now_ms.saturating_add(self.cfg.dead_retention.as_millis() as i64);
-        self.index
-            .set_state(uid, State::Discarded, Some((prune, TimerKind::Prune)));
-        self.index.dead.insert((now_ms, uid));
-        while self.index.dead.len() > self.cfg.dead_max {
-            let Some((_, oldest)) = self.index.dead.pop_first() else {
-                break;
-            };
-            self.delete_job(txn, oldest);
-        }
+    /// Bookkeeping for a job that just became `discarded`: the dead-letter set. Its
+    /// retention (age and count) is applied at the end of the batch (`prune_dead`).
+    fn discarded(&mut self, _txn: &mut Txn, uid: Uuid, now_ms: i64) {
+        self.index.set_state(uid, State::Discarded, None);
+        self.index.add_dead(now_ms, uid);
     }
 
     pub(super) fn delete_job(&mut self, txn: &mut Txn, uid: Uuid) {
         if let Some(e) = self.index.remove(uid) {
-            if e.state == State::Discarded {
-                self.index.dead.retain(|(_, id)| *id != uid);
-            }
             if let Some(w) = e.worker {
                 self.workers.release(&w, uid);
             }
         }
         txn.jobs.insert(uid, None);
+        self.deleted(txn, uid);
     }
 
     /// `expires_at` passed before the job started (ojs-core §5.2): discarded, never run.

@@ -4,15 +4,24 @@
 //! replies. Timers run in the same loop, so nothing else ever mutates state.
 
 mod admin;
+mod admin_queues;
 mod clock;
+mod cron;
+mod dead;
 mod events;
 mod hooks;
 mod index;
 mod jobs;
 mod metrics;
 mod rebuild;
+mod throughput;
 mod txn;
+mod unique;
 mod workers;
+mod workflow_records;
+mod workflow_state;
+mod workflow_view;
+mod workflows;
 
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
@@ -221,6 +230,8 @@ pub struct Engine {
     /// Engine-clock time of the batch being applied.
     now: DateTime<Utc>,
     rx: Receiver<Msg>,
+    cron: cron::CronState,
+    workflows: workflows::Workflows,
 }
 
 /// Open the engine over a store: rebuild the index, then run it on its own thread.
@@ -253,9 +264,13 @@ pub fn start(
         last_prune: Instant::now(),
         now: Utc::now(),
         rx,
+        cron: Default::default(),
+        workflows: Default::default(),
     };
     engine.rebuild()?;
+    engine.rebuild_cron()?;
     engine.rebuild_events()?;
+    engine.rebuild_workflows()?;
     let thread = std::thread::Builder::new()
         .name("ojsd-engine".into())
         .spawn(move || engine.run())
@@ -272,6 +287,10 @@ impl Engine {
     fn wait_budget(&self) -> Duration {
         let mut budget = Duration::from_secs(1);
         if let Some(due) = self.index.next_timer() {
+            let ms = due - self.clock.now().timestamp_millis();
+            budget = budget.min(Duration::from_millis(ms.max(0) as u64));
+        }
+        if let Some(due) = self.next_cron_due() {
             let ms = due - self.clock.now().timestamp_millis();
             budget = budget.min(Duration::from_millis(ms.max(0) as u64));
         }
@@ -319,6 +338,8 @@ impl Engine {
             }
             self.unclaim_undelivered(&mut txn);
             self.run_timers(&mut txn);
+            self.prune_dead(&mut txn);
+            self.run_cron(&mut txn);
             self.sweep_workers(&mut txn);
             self.serve_waiters(&mut txn, stopping);
             if self.last_prune.elapsed() >= Duration::from_secs(1) {
@@ -381,11 +402,11 @@ impl Engine {
             // PUSH answers with the envelope as accepted, even if a waiting FETCH claims the
             // job later in this same batch.
             Command::Push { job, len } => self
-                .push(txn, job, len)
-                .map(|id| Out::Reply(Reply::Bulk(txn.snapshot(&[id], false)))),
+                .push_one(txn, job, len)
+                .map(|p| Out::Reply(self.pushed_reply(txn, &[p], false))),
             Command::PushBatch(jobs) => self
-                .push_batch(txn, jobs)
-                .map(|ids| Out::Reply(Reply::Bulk(txn.snapshot(&ids, true)))),
+                .push_batch_all(txn, jobs)
+                .map(|p| Out::Reply(self.pushed_reply(txn, &p, true))),
             Command::Fetch { queues, count } => {
                 match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
                     Ok(ids) if ids.is_empty() => {
@@ -412,7 +433,10 @@ impl Engine {
                 active_job_ids,
             } => Ok(Out::Reply(self.beat(txn, &wid, active_job_ids.as_deref()))),
             Command::Info => Ok(Out::Reply(self.info())),
-            Command::Queue(q) => self.queue_cmd(txn, q, wid.as_ref()).map(ok),
+            Command::Queue(q) => self.queue_cmd(txn, q, wid.as_ref()),
+            Command::Workers => Ok(Out::Reply(self.worker_list())),
+            Command::Cron(c) => self.cron_cmd(txn, c),
+            Command::Workflow(w) => self.workflow_cmd(txn, w),
             Command::Dead(d) => self.dead_cmd(txn, d),
             Command::Worker { wid, directive } => self.direct_worker(txn, &wid, directive).map(ok),
             Command::Progress {

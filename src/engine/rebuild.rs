@@ -30,6 +30,9 @@ struct View {
     cancelled_at: Option<String>,
     #[serde(default)]
     discarded_at: Option<String>,
+    /// Only whether it is there: the few jobs that have one are parsed in full.
+    #[serde(default)]
+    unique: Option<serde::de::IgnoredAny>,
 }
 
 fn ms(s: &Option<String>) -> Option<i64> {
@@ -43,11 +46,11 @@ impl Engine {
         let started = std::time::Instant::now();
         let now_ms = self.clock.now().timestamp_millis();
         let retention = self.cfg.retention.as_millis() as i64;
-        let dead_retention = self.cfg.dead_retention.as_millis() as i64;
         let default_timeout = self.cfg.default_timeout_secs;
         let mut interrupted = Vec::new();
         let mut bad = 0usize;
         let mut max_seq = 0u64;
+        let mut unique = Vec::new();
         let index = &mut self.index;
         self.store.scan(Space::Job, &mut |key, value| {
             let (Ok(id), Some((seq, json))) = (Uuid::from_slice(key), decode_record(value)) else {
@@ -69,9 +72,7 @@ impl Engine {
                 State::Retryable => ms(&v.next_retry_at).map(|t| (t, TimerKind::Promote)),
                 State::Completed => ms(&v.completed_at).map(|t| (t + retention, TimerKind::Prune)),
                 State::Cancelled => ms(&v.cancelled_at).map(|t| (t + retention, TimerKind::Prune)),
-                State::Discarded => {
-                    ms(&v.discarded_at).map(|t| (t + dead_retention, TimerKind::Prune))
-                }
+                // Dead letters are pruned by `prune_dead`, not by a timer.
                 _ => None,
             };
             // A scheduled or retryable job must always have its timer; promote at once if not.
@@ -80,9 +81,19 @@ impl Engine {
                 (_, t) => t,
             };
             if state == State::Discarded {
-                index
-                    .dead
-                    .insert((ms(&v.discarded_at).unwrap_or(now_ms), id));
+                index.add_dead(ms(&v.discarded_at).unwrap_or(now_ms), id);
+            }
+            if v.unique.is_some() {
+                let job = serde_json::from_slice::<crate::job::Job>(json).ok();
+                match job.as_ref().and_then(super::unique::policy_of) {
+                    Some((_, key)) => {
+                        let created = job.map_or(now_ms, |j| j.created_at.timestamp_millis());
+                        unique.push((id, key, created));
+                    }
+                    None => {
+                        tracing::warn!(job = %id, "stored unique policy unreadable; not indexed")
+                    }
+                }
             }
             let queue = index.queue_id(&v.queue);
             index.insert(
@@ -102,6 +113,7 @@ impl Engine {
             true
         })?;
         self.index.next_seq = max_seq + 1;
+        self.index_unique(unique);
         let mut paused = Vec::new();
         self.store.scan(Space::Meta, &mut |key, _| {
             if let Some(name) = key.strip_prefix(super::admin::PAUSED_PREFIX.as_bytes()) {

@@ -65,8 +65,13 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
         MalformedCommand | UnknownCommand | LineTooLong | HelloRequired => {
             (StatusCode::BAD_REQUEST, "INVALID_REQUEST")
         }
-        InvalidPayload | InvalidJobType | InvalidQueue | InvalidArgs | InvalidMetadata
-        | InvalidRetryPolicy => (StatusCode::BAD_REQUEST, code.as_str()),
+        InvalidPayload
+        | InvalidJobType
+        | InvalidQueue
+        | InvalidArgs
+        | InvalidMetadata
+        | InvalidRetryPolicy
+        | InvalidCronExpression => (StatusCode::BAD_REQUEST, code.as_str()),
         InvalidStateTransition | DuplicateJob | NotOwner => (StatusCode::CONFLICT, code.as_str()),
         // The events the cursor pointed at are gone for good: resuming there cannot work.
         CursorExpired => (StatusCode::GONE, code.as_str()),

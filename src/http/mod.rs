@@ -9,15 +9,21 @@
 //! | `GET /ojs/v1/ws` | WebSocket subscriptions ([`ws`]) |
 //! | `GET /metrics` | Prometheus text ([`system`]) |
 //! | `GET /ojs/v1/health` | health ([`system`]) |
+//! | `GET`/`POST /ojs/v1/cron`, `GET`/`PATCH`/`DELETE /ojs/v1/cron/{name}` | cron jobs ([`cron`]) |
+//! | `/ojs/v1/admin/...`, `/ojs/v1/dead-letter/...` | queues, workers, dead letter ([`admin`]) |
+//! | `POST /ojs/v1/workflows`, `GET`/`DELETE /ojs/v1/workflows/{id}` | workflows ([`workflows`]) |
 //!
 //! Every response carries `OJS-Version` and `X-Request-Id` (the client's, when it sent
 //! one); errors are JSON in the binding's shape ([`error`]).
 
+pub mod admin;
+pub mod cron;
 pub mod error;
 pub mod poll;
 pub mod query;
 pub mod sse;
 pub mod system;
+pub mod workflows;
 pub mod ws;
 
 use crate::engine::EngineHandle;
@@ -77,6 +83,17 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
         .route("/ojs/v1/ws", get(ws::upgrade))
         .route("/metrics", get(system::metrics))
         .route("/ojs/v1/health", get(system::health))
+        .route("/ojs/v1/cron", get(cron::list).post(cron::register))
+        .route(
+            "/ojs/v1/cron/{name}",
+            get(cron::get_one).patch(cron::patch).delete(cron::delete),
+        )
+        .route("/ojs/v1/workflows", axum::routing::post(workflows::create))
+        .route(
+            "/ojs/v1/workflows/{id}",
+            get(workflows::get_one).delete(workflows::cancel),
+        )
+        .merge(admin::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -116,7 +133,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "METHOD_NOT_ALLOWED",
-        format!("{method} is not allowed on {}; use GET", uri.path()),
+        format!("{method} is not allowed on {}", uri.path()),
     )
 }
 

@@ -5,6 +5,7 @@
 
 pub mod duration;
 pub mod retry;
+pub mod unique;
 pub mod validate;
 
 use chrono::{DateTime, SecondsFormat, Utc};

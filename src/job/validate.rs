@@ -199,6 +199,9 @@ pub fn parse_new_job(
     let expires_at = take_timestamp(m, "expires_at")?;
     let retry = RetryPolicy::from_json(m.shift_remove("retry").as_ref())?;
     let unique = take(m, "unique", InvalidPayload, "a JSON object", object)?.map(Value::Object);
+    if let Some(u) = &unique {
+        super::unique::UniquePolicy::parse(u, &args)?; // ojs-unique-jobs §2.2: fail fast
+    }
     let schema = take(m, "schema", InvalidPayload, "a string", string)?;
     let pending = take(m, "pending", InvalidPayload, "a boolean", |v| v.as_bool())?;
 
@@ -301,10 +304,10 @@ mod tests {
             ("timeout", pay, vec![json!(-1), json!(1.5), json!("PT1M")]),
             ("retry", ok, vec![json!({"max_attempts": 10})]),
             ("retry", Some(InvalidRetryPolicy), vec![json!({"backoff_coefficient": 0.5}), json!(5)]),
-            ("unique", ok, vec![json!({"key": ["type"]})]),
+            ("unique", ok, vec![json!({"keys": ["type"]}), json!({})]),
             ("schema", ok, vec![json!("urn:ojs:schema:email.send:v1")]),
             ("pending", ok, vec![json!(true)]),
-            ("unique", pay, vec![json!(true)]),
+            ("unique", pay, vec![json!(true), json!({"key": ["type"]}), json!({"keys": ["meta"]})]),
             ("schema", pay, vec![json!({})]),
             ("pending", pay, vec![json!("yes")]),
         ];

@@ -6,23 +6,7 @@ use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum QueueCmd {
-    Pause(Vec<String>),
-    Resume(Vec<String>),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum DeadCmd {
-    List {
-        queue: Option<String>,
-        job_type: Option<String>,
-        limit: usize,
-        offset: usize,
-    },
-    Retry(String),
-    Delete(String),
-}
+pub use super::admin::{DeadCmd, DeadFilter, QueueCmd};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkerDirective {
@@ -71,6 +55,8 @@ pub enum Command {
         wid: String,
         directive: WorkerDirective,
     },
+    /// `WORKERS` / `WORKER LIST`: the known workers, their heartbeats and jobs.
+    Workers,
     /// A worker's progress report on a job it holds.
     Progress {
         id: String,
@@ -86,6 +72,10 @@ pub enum Command {
     ClockAdvance {
         ms: i64,
     },
+    /// Cron job registrations (ojs-cron §8), see `protocol::cron`.
+    Cron(super::cron::CronCmd),
+    /// Workflows (ojs-workflows §11), see `protocol::workflow`.
+    Workflow(super::workflow::WorkflowCmd),
     End,
 }
 
@@ -214,51 +204,6 @@ fn parse_fetch(payload: &str) -> OjsResult<Command> {
     Ok(Command::Fetch { queues, count })
 }
 
-fn parse_dead(payload: &str) -> OjsResult<Command> {
-    let (sub, rest) = split_verb(payload);
-    match sub.to_ascii_uppercase().as_str() {
-        "LIST" => {
-            let opts = if rest.is_empty() {
-                Map::new()
-            } else {
-                json_object("DEAD LIST", rest)?
-            };
-            let text = |k: &str| -> OjsResult<Option<String>> {
-                match opts.get(k) {
-                    None | Some(Value::Null) => Ok(None),
-                    Some(Value::String(s)) => Ok(Some(s.clone())),
-                    Some(_) => Err(malformed(format!("DEAD LIST: {k} must be a string"))),
-                }
-            };
-            let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
-                match opts.get(k) {
-                    None | Some(Value::Null) => Ok(default),
-                    Some(v) => v.as_u64().map(|n| (n as usize).min(max)).ok_or_else(|| {
-                        malformed(format!("DEAD LIST: {k} must be a non-negative integer"))
-                    }),
-                }
-            };
-            Ok(Command::Dead(DeadCmd::List {
-                queue: text("queue")?,
-                job_type: text("type")?,
-                limit: num("limit", 50, 1000)?,
-                offset: num("offset", 0, usize::MAX)?,
-            }))
-        }
-        "RETRY" => Ok(Command::Dead(DeadCmd::Retry(single_word(
-            "DEAD RETRY",
-            rest,
-            "job id",
-        )?))),
-        "DELETE" => Ok(Command::Dead(DeadCmd::Delete(single_word(
-            "DEAD DELETE",
-            rest,
-            "job id",
-        )?))),
-        _ => Err(malformed("DEAD needs LIST, RETRY or DELETE")),
-    }
-}
-
 fn split_verb(line: &str) -> (&str, &str) {
     match line.find(' ') {
         Some(i) => (&line[..i], line[i + 1..].trim_start()),
@@ -348,28 +293,18 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             id: single_word("JOB", payload, "job id")?,
         }),
         "INFO" => Ok(Command::Info),
-        "QUEUE" => {
-            let (sub, rest) = split_verb(payload);
-            let names: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
-            if names.is_empty() {
-                return Err(malformed(
-                    "QUEUE PAUSE|RESUME needs at least one queue name",
-                ));
-            }
-            match sub.to_ascii_uppercase().as_str() {
-                "PAUSE" => Ok(Command::Queue(QueueCmd::Pause(names))),
-                "RESUME" => Ok(Command::Queue(QueueCmd::Resume(names))),
-                _ => Err(malformed("QUEUE needs PAUSE or RESUME")),
-            }
-        }
-        "DEAD" => parse_dead(payload),
+        "QUEUE" => super::admin::parse_queue(payload).map(Command::Queue),
+        "DEAD" => super::admin::parse_dead(payload).map(Command::Dead),
+        "WORKERS" if payload.is_empty() => Ok(Command::Workers),
+        "WORKERS" => Err(malformed("WORKERS takes no arguments")),
+        "WORKER" if payload.eq_ignore_ascii_case("LIST") => Ok(Command::Workers),
         "WORKER" => {
             let (sub, rest) = split_verb(payload);
             let wid = single_word("WORKER", rest, "worker id")?;
             let directive = match sub.to_ascii_uppercase().as_str() {
                 "QUIET" => WorkerDirective::Quiet,
                 "TERMINATE" => WorkerDirective::Terminate,
-                _ => return Err(malformed("WORKER needs QUIET or TERMINATE")),
+                _ => return Err(malformed("WORKER needs LIST, QUIET or TERMINATE")),
             };
             Ok(Command::Worker { wid, directive })
         }
@@ -431,6 +366,8 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             };
             Ok(Command::Subscribe { filter, start })
         }
+        "CRON" => super::cron::parse(payload),
+        "WORKFLOW" => super::workflow::parse(payload),
         "END" => Ok(Command::End),
         _ => {
             let shown: String = verb.chars().take(32).collect();

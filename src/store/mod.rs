@@ -39,6 +39,10 @@ pub enum Space {
     Job,
     Meta,
     Event,
+    /// `c/<name>`: cron registrations and their firing state.
+    Cron,
+    /// `w/<workflow id>\0...`: workflow headers and nodes.
+    Workflow,
 }
 
 impl Space {
@@ -47,6 +51,8 @@ impl Space {
             Space::Job => b"j/",
             Space::Meta => b"m/",
             Space::Event => b"e/",
+            Space::Cron => b"c/",
+            Space::Workflow => b"w/",
         }
     }
 

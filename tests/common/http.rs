@@ -86,6 +86,17 @@ fn open(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Vec<(String, String)>, Box<dyn BufRead + Send>) {
+    open_with_body(addr, method, path, headers, b"")
+}
+
+/// `open` with a request body (its `Content-Length` is added when it is not empty).
+fn open_with_body(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, Box<dyn BufRead + Send>) {
     let mut s = TcpStream::connect(addr).expect("connect http");
     s.set_read_timeout(Some(HTTP_TIMEOUT)).unwrap();
     s.set_nodelay(true).unwrap();
@@ -93,8 +104,13 @@ fn open(
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes()).expect("send request");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    s.write_all(&bytes).expect("send request");
     let mut r = BufReader::new(s);
     let mut status_line = String::new();
     r.read_line(&mut status_line).expect("status line");
@@ -134,6 +150,23 @@ pub fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -
     let (status, headers, mut body) = open(addr, method, path, headers);
     let mut buf = Vec::new();
     body.read_to_end(&mut buf).expect("read body");
+    Response {
+        status,
+        headers,
+        body: buf,
+    }
+}
+
+/// A request with a JSON body, read to the end (an empty body sends `Content-Length: 0`).
+pub fn send(addr: &str, method: &str, path: &str, body: &str) -> Response {
+    let mut headers = vec![("Content-Type", "application/json")];
+    if body.is_empty() {
+        headers.push(("Content-Length", "0"));
+    }
+    let (status, headers, mut reader) =
+        open_with_body(addr, method, path, &headers, body.as_bytes());
+    let mut buf = Vec::new();
+    reader.read_to_end(&mut buf).expect("read body");
     Response {
         status,
         headers,

@@ -1,0 +1,201 @@
+//! Queue and worker administration (ojs-admin-api §6, §9): QUEUE LIST, QUEUE STATS,
+//! QUEUE PURGE and the worker list. Pause and resume live in admin.rs.
+
+use super::index::{Queue, QueueId};
+use super::txn::Txn;
+use super::Engine;
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::{format_ts, State};
+use crate::protocol::Reply;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Map, Value};
+
+const MINUTE_MS: i64 = 60_000;
+
+fn ms_to_ts(ms: i64) -> Value {
+    DateTime::from_timestamp_millis(ms).map_or(Value::Null, |t| json!(format_ts(t)))
+}
+
+impl Engine {
+    fn known_queue(&self, name: &str) -> OjsResult<QueueId> {
+        if !crate::job::is_valid_queue(name) {
+            return Err(OjsError::new(
+                ErrorCode::InvalidQueue,
+                format!("invalid queue name {name:?}"),
+            ));
+        }
+        self.index
+            .find_queue(name)
+            .ok_or_else(|| OjsError::new(ErrorCode::NotFound, format!("no queue named {name}")))
+    }
+
+    /// Name, pause state, jobs per state and recent throughput of one queue.
+    fn queue_summary(&self, q: &Queue) -> Map<String, Value> {
+        let mut counts = Map::new();
+        for s in State::ALL {
+            counts.insert(s.as_str().into(), json!(q.count(s)));
+        }
+        let now = self.now_ms();
+        let one = q.throughput.window(now, MINUTE_MS);
+        let five = q.throughput.window(now, 5 * MINUTE_MS);
+        let mut m = Map::new();
+        m.insert("name".into(), json!(q.name));
+        m.insert(
+            "state".into(),
+            json!(if q.paused { "paused" } else { "active" }),
+        );
+        m.insert("paused".into(), json!(q.paused));
+        m.insert("counts".into(), Value::Object(counts));
+        m.insert(
+            "throughput".into(),
+            json!({"processed_per_minute": one.completed, "failed_per_minute": one.failed,
+                   "processed_last_5m": five.completed, "failed_last_5m": five.failed}),
+        );
+        m
+    }
+
+    /// QUEUE LIST: `{"total": n, "queues": [...]}`, by name.
+    pub(super) fn queue_list(&self) -> Reply {
+        let mut queues: Vec<&Queue> = self.index.queues.iter().collect();
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        let items: Vec<Value> = queues
+            .into_iter()
+            .map(|q| Value::Object(self.queue_summary(q)))
+            .collect();
+        Reply::json(&json!({"total": items.len(), "queues": items}))
+    }
+
+    /// QUEUE STATS: the summary plus the age of the longest-waiting available job
+    /// (`oldest_available_at`, `latency_ms` = now - its `enqueued_at`).
+    pub(super) fn queue_stats(&self, txn: &Txn, name: &str) -> OjsResult<Reply> {
+        let qid = self.known_queue(name)?;
+        let q = self.index.queue(qid);
+        let mut m = self.queue_summary(q);
+        let oldest = match self.index.oldest_available(qid) {
+            Some(id) => txn
+                .job(self.store.as_ref(), id)?
+                .and_then(|j| j.enqueued_at),
+            None => None,
+        };
+        let now = self.now_ms();
+        m.insert("depth".into(), json!(q.count(State::Available)));
+        m.insert(
+            "oldest_available_at".into(),
+            oldest.map_or(Value::Null, |t| json!(format_ts(t))),
+        );
+        m.insert(
+            "latency_ms".into(),
+            json!(oldest.map_or(0, |t| (now - t.timestamp_millis()).max(0))),
+        );
+        let workers = self
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                w.info["queues"]
+                    .as_array()
+                    .is_some_and(|qs| qs.iter().any(|x| x.as_str() == Some(name)))
+            })
+            .count();
+        m.insert("workers".into(), json!(workers));
+        Ok(Reply::json(&Value::Object(m)))
+    }
+
+    /// QUEUE PURGE: delete the queue's jobs in `states` (the parser refuses `active`),
+    /// only those older than `older_than` when it is given: the terminal time of a
+    /// completed, cancelled or discarded job, the creation time of a waiting one.
+    pub(super) fn queue_purge(
+        &mut self,
+        txn: &mut Txn,
+        name: &str,
+        states: &[State],
+        older_than: Option<DateTime<Utc>>,
+    ) -> OjsResult<Reply> {
+        let qid = self.known_queue(name)?;
+        let mut ids: Vec<uuid::Uuid> = self
+            .index
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.queue == qid && states.contains(&e.state))
+            .map(|(id, _)| *id)
+            .collect();
+        if let Some(cut) = older_than {
+            let mut kept = Vec::with_capacity(ids.len());
+            for id in ids {
+                let Some(job) = txn.job(self.store.as_ref(), id)? else {
+                    continue;
+                };
+                let at = match job.state {
+                    State::Completed => job.completed_at,
+                    State::Cancelled => job.cancelled_at,
+                    State::Discarded => job.discarded_at,
+                    _ => None,
+                }
+                .unwrap_or(job.created_at);
+                if at < cut {
+                    kept.push(id);
+                }
+            }
+            ids = kept;
+        }
+        for id in &ids {
+            self.delete_job(txn, *id);
+        }
+        if !ids.is_empty() {
+            tracing::info!(queue = name, purged = ids.len(), "queue purged");
+        }
+        let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        Ok(Reply::json(
+            &json!({"queue": name, "purged_count": ids.len(), "states": names}),
+        ))
+    }
+
+    /// WORKERS: every worker the engine knows (connected, or holding jobs until its
+    /// heartbeat timeout), by id. `last_heartbeat_at` is the last sign of life: a BEAT or
+    /// any other command from one of its connections. `stale` is set after a third of
+    /// `--heartbeat-timeout` of silence (a missed 15 s beat at the defaults).
+    pub(super) fn worker_list(&self) -> Reply {
+        let now = self.now_ms();
+        let stale_after =
+            i64::try_from(self.cfg.heartbeat_timeout.as_millis() / 3).unwrap_or(i64::MAX);
+        let mut rows: Vec<_> = self.workers.iter().collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
+        let (mut running, mut quiet, mut terminate, mut stale_n) = (0, 0, 0, 0);
+        let items: Vec<Value> = rows
+            .into_iter()
+            .map(|(wid, w)| {
+                let state = super::admin::directive_name(w.directive);
+                match state {
+                    "quiet" => quiet += 1,
+                    "terminate" => terminate += 1,
+                    _ => running += 1,
+                }
+                let stale = now - w.last_seen > stale_after;
+                stale_n += usize::from(stale);
+                let mut held: Vec<String> = w.held.iter().map(|id| id.to_string()).collect();
+                held.sort();
+                json!({
+                    "id": &**wid,
+                    "state": state,
+                    "connected": w.conns > 0,
+                    "connections": w.conns,
+                    "stale": stale,
+                    "last_heartbeat_at": ms_to_ts(w.last_seen),
+                    "started_at": ms_to_ts(w.started),
+                    "active_jobs": held.len(),
+                    "active_job_ids": held,
+                    "jobs_completed": w.completed,
+                    "queues": w.info.get("queues").cloned().unwrap_or(json!([])),
+                    "concurrency": w.info.get("concurrency").cloned().unwrap_or(Value::Null),
+                    "hostname": w.info.get("hostname").cloned().unwrap_or(Value::Null),
+                    "info": w.info,
+                })
+            })
+            .collect();
+        Reply::json(&json!({
+            "total": items.len(),
+            "workers": items,
+            "summary": {"total": running + quiet + terminate, "running": running,
+                        "quiet": quiet, "terminate": terminate, "stale": stale_n},
+        }))
+    }
+}

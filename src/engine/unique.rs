@@ -1,0 +1,377 @@
+//! Unique jobs in the engine (ojs-unique-jobs). Every job carrying a `unique` policy is
+//! indexed under its uniqueness key for as long as the job exists. A PUSH checks the key
+//! against the index with the new job's policy — a holder counts when it is in one of the
+//! policy's `states` and inside its `period` — so a key is released the moment its holder
+//! leaves those states or the period runs out, with no timer. The check and the insert
+//! happen in the single writer, in one batch: the guarantee is strong (§8.1).
+//!
+//! The index is memory only; the rebuild at start recomputes it from the stored jobs.
+//! PUSH and PUSHB themselves live here too: validate, check the key, store.
+
+use super::txn::Txn;
+use super::Engine;
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::unique::{OnConflict, UniqueKey, UniquePolicy};
+use crate::job::validate::NewJob;
+use crate::job::{Job, State};
+use crate::protocol::Reply;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use uuid::Uuid;
+
+#[derive(Default)]
+pub struct UniqueIndex {
+    /// Jobs holding each key, oldest first.
+    by_key: HashMap<UniqueKey, Vec<Uuid>>,
+    /// Each indexed job's key and `created_at` (ms).
+    of_job: HashMap<Uuid, (UniqueKey, i64)>,
+}
+
+impl UniqueIndex {
+    pub fn add(&mut self, id: Uuid, key: UniqueKey, created_ms: i64) {
+        self.by_key.entry(key).or_default().push(id);
+        self.of_job.insert(id, (key, created_ms));
+    }
+
+    pub fn forget(&mut self, id: Uuid) {
+        let Some((key, _)) = self.of_job.remove(&id) else {
+            return;
+        };
+        if let Some(ids) = self.by_key.get_mut(&key) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.by_key.remove(&key);
+            }
+        }
+    }
+
+    /// The jobs holding `key`, with their creation time.
+    fn holders(&self, key: &UniqueKey) -> impl Iterator<Item = (Uuid, i64)> + '_ {
+        self.by_key
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.of_job.get(id).map(|(_, c)| (*id, *c)))
+    }
+}
+
+/// The policy and key of a job, if it has a valid `unique` attribute.
+pub(super) fn policy_of(job: &Job) -> Option<(UniquePolicy, UniqueKey)> {
+    let policy = UniquePolicy::parse(job.unique.as_ref()?, &job.args).ok()?;
+    let key = policy.key(&job.job_type, &job.queue, &job.args, &job.meta);
+    Some((policy, key))
+}
+
+/// The outcome of one PUSHed job.
+#[derive(Debug, Clone, Copy)]
+pub struct Pushed {
+    pub id: Uuid,
+    /// `on_conflict: ignore` met a duplicate: `id` is the existing job, nothing was stored.
+    pub deduplicated: bool,
+}
+
+/// What to do with a validated job once its key has been checked.
+pub(super) enum Admit {
+    /// Store it (with its key), cancelling these jobs first (`replace`, §5.2).
+    Insert {
+        cancel: Vec<Uuid>,
+        key: Option<UniqueKey>,
+    },
+    /// Answer with this existing job instead (`ignore`, §5.4).
+    Existing(Uuid),
+}
+
+/// Jobs of one PUSHB admitted so far, seen by the checks of the jobs after them, so a
+/// batch is decided in full before anything in it is applied (all or nothing).
+#[derive(Default)]
+pub(super) struct Overlay {
+    /// (id, key, state it will start in, scheduled_at)
+    added: Vec<(Uuid, UniqueKey, State, Option<String>)>,
+    cancelled: HashSet<Uuid>,
+}
+
+/// `DUPLICATE_JOB job <existing id> is <state> and holds the same unique key (<hex>)...`:
+/// the existing id is always the second word, for clients that want it.
+fn duplicate(holder: Uuid, state: State, key: &UniqueKey, why: &str) -> OjsError {
+    OjsError::new(
+        ErrorCode::DuplicateJob,
+        format!(
+            "job {holder} is {} and holds the same unique key ({}){why}",
+            state.as_str(),
+            hex::encode(key)
+        ),
+    )
+}
+
+impl Engine {
+    /// The id of the job that answers the PUSH: the new one, or the existing one when a
+    /// `unique` policy with `on_conflict: ignore` met a duplicate.
+    pub(super) fn push(&mut self, txn: &mut Txn, value: Value, len: usize) -> OjsResult<Uuid> {
+        Ok(self.push_one(txn, value, len)?.id)
+    }
+
+    /// PUSH: validate, check the uniqueness key, store.
+    pub(super) fn push_one(
+        &mut self,
+        txn: &mut Txn,
+        value: Value,
+        len: usize,
+    ) -> OjsResult<Pushed> {
+        let (id, mut new) = self.validate_new(value, len)?;
+        let admit = self.admit(txn, id, &mut new, &mut Overlay::default())?;
+        self.apply_admit(txn, id, new, admit)
+    }
+
+    /// All or nothing: every job is validated and its uniqueness decided before any is
+    /// inserted.
+    pub(super) fn push_batch_all(
+        &mut self,
+        txn: &mut Txn,
+        jobs: Vec<(Value, usize)>,
+    ) -> OjsResult<Vec<Pushed>> {
+        let mut valid = Vec::with_capacity(jobs.len());
+        let mut seen = HashSet::with_capacity(jobs.len());
+        for (i, (value, len)) in jobs.into_iter().enumerate() {
+            let (id, new) = self.validate_new(value, len).map_err(|e| OjsError {
+                code: e.code,
+                message: format!("job {i}: {}; no job was enqueued", e.message),
+            })?;
+            if !seen.insert(id) {
+                return Err(OjsError::new(
+                    ErrorCode::DuplicateJob,
+                    format!("job {i}: id {id} appears twice in the batch; no job was enqueued"),
+                ));
+            }
+            valid.push((id, new));
+        }
+        let mut overlay = Overlay::default();
+        let mut planned = Vec::with_capacity(valid.len());
+        for (i, (id, mut new)) in valid.into_iter().enumerate() {
+            let admit = self
+                .admit(txn, id, &mut new, &mut overlay)
+                .map_err(|e| OjsError {
+                    code: e.code,
+                    message: format!("job {i}: {}; no job was enqueued", e.message),
+                })?;
+            planned.push((id, new, admit));
+        }
+        planned
+            .into_iter()
+            .map(|(id, new, admit)| self.apply_admit(txn, id, new, admit))
+            .collect()
+    }
+
+    /// Check a new job's uniqueness key (read only; the PUSH applies the result).
+    pub(super) fn admit(
+        &self,
+        txn: &Txn,
+        id: Uuid,
+        new: &mut NewJob,
+        overlay: &mut Overlay,
+    ) -> OjsResult<Admit> {
+        let Some(u) = &new.job.unique else {
+            return Ok(Admit::Insert {
+                cancel: Vec::new(),
+                key: None,
+            });
+        };
+        let policy = UniquePolicy::parse(u, &new.job.args)?;
+        let job = &new.job;
+        let key = policy.key(&job.job_type, &job.queue, &job.args, &job.meta);
+        let now_ms = self.now_ms();
+        // (id, state, created_ms, scheduled_at of a batch job)
+        let mut found: Vec<(Uuid, State, i64, Option<String>)> = Vec::new();
+        for (hid, created) in self.index.unique.holders(&key) {
+            let Some(e) = self.index.jobs.get(&hid) else {
+                continue;
+            };
+            if !overlay.cancelled.contains(&hid) && policy.counts(e.state, created, now_ms) {
+                found.push((hid, e.state, created, None));
+            }
+        }
+        for (bid, bkey, state, at) in &overlay.added {
+            if *bkey == key
+                && !overlay.cancelled.contains(bid)
+                && policy.counts(*state, now_ms, now_ms)
+            {
+                found.push((*bid, *state, now_ms, at.clone()));
+            }
+        }
+        // The newest holder answers for the key.
+        let Some((holder, hstate, _, hsched)) = found.iter().max_by_key(|f| f.2).cloned() else {
+            overlay.added.push((
+                id,
+                key,
+                start_state(new, now_ms),
+                new.job.scheduled_at.clone(),
+            ));
+            return Ok(Admit::Insert {
+                cancel: Vec::new(),
+                key: Some(key),
+            });
+        };
+        match policy.on_conflict {
+            OnConflict::Reject => Err(duplicate(holder, hstate, &key, "")),
+            OnConflict::Ignore => Ok(Admit::Existing(holder)),
+            OnConflict::Replace | OnConflict::ReplaceExceptSchedule => {
+                // An active job may have side effects under way: it is never replaced.
+                if let Some(a) = found.iter().find(|f| f.1 == State::Active) {
+                    let why = "; an active job is never replaced";
+                    return Err(duplicate(a.0, a.1, &key, why));
+                }
+                if policy.on_conflict == OnConflict::ReplaceExceptSchedule
+                    && hstate == State::Scheduled
+                {
+                    // §5.3: the replacement keeps the schedule of the job it replaces.
+                    new.job.scheduled_at = match hsched {
+                        Some(at) => Some(at),
+                        None => txn
+                            .job(self.store.as_ref(), holder)?
+                            .and_then(|j| j.scheduled_at),
+                    };
+                }
+                let cancel: Vec<Uuid> = found.iter().map(|f| f.0).collect();
+                overlay.cancelled.extend(cancel.iter().copied());
+                overlay.added.push((
+                    id,
+                    key,
+                    start_state(new, now_ms),
+                    new.job.scheduled_at.clone(),
+                ));
+                Ok(Admit::Insert {
+                    cancel,
+                    key: Some(key),
+                })
+            }
+        }
+    }
+
+    /// Apply a decision of `admit`: cancel what is replaced (before the insert, §5.2),
+    /// then store the job and index its key.
+    pub(super) fn apply_admit(
+        &mut self,
+        txn: &mut Txn,
+        id: Uuid,
+        new: NewJob,
+        admit: Admit,
+    ) -> OjsResult<Pushed> {
+        match admit {
+            Admit::Existing(holder) => Ok(Pushed {
+                id: holder,
+                deduplicated: true,
+            }),
+            Admit::Insert { cancel, key } => {
+                for old in cancel {
+                    self.cancel(txn, &old.to_string(), None)?;
+                }
+                self.insert_new(txn, id, new);
+                if let Some(key) = key {
+                    let created = self.now_ms();
+                    self.index.unique.add(id, key, created);
+                }
+                Ok(Pushed {
+                    id,
+                    deduplicated: false,
+                })
+            }
+        }
+    }
+
+    /// A job coming back from the dead-letter set must not make a second holder of a key
+    /// another job holds now (judged by the retried job's own policy).
+    pub(super) fn unique_clear_for(&self, txn: &Txn, uid: Uuid) -> OjsResult<()> {
+        let Some(job) = txn.job(self.store.as_ref(), uid)? else {
+            return Ok(());
+        };
+        let Some((policy, key)) = policy_of(&job) else {
+            return Ok(());
+        };
+        let now_ms = self.now_ms();
+        for (hid, created) in self.index.unique.holders(&key) {
+            let Some(e) = self.index.jobs.get(&hid) else {
+                continue;
+            };
+            if hid != uid && policy.counts(e.state, created, now_ms) {
+                return Err(duplicate(hid, e.state, &key, ""));
+            }
+        }
+        Ok(())
+    }
+
+    /// The PUSH/PUSHB reply: the stored envelopes, with an existing job (plus
+    /// `"deduplicated": true`, not stored) standing in for each ignored duplicate.
+    pub(super) fn pushed_reply(&self, txn: &Txn, pushed: &[Pushed], array: bool) -> Reply {
+        if !pushed.iter().any(|p| p.deduplicated) {
+            let ids: Vec<Uuid> = pushed.iter().map(|p| p.id).collect();
+            return Reply::Bulk(txn.snapshot(&ids, array));
+        }
+        let mut out = Vec::with_capacity(pushed.len());
+        for p in pushed {
+            let job = match txn.job(self.store.as_ref(), p.id) {
+                Ok(Some(j)) => j,
+                Ok(None) => return Reply::Error(super::jobs::not_found(&p.id.to_string())),
+                Err(e) => return Reply::Error(e),
+            };
+            let mut v = serde_json::to_value(&job).unwrap_or_default();
+            if let (true, Some(m)) = (p.deduplicated, v.as_object_mut()) {
+                m.insert("deduplicated".into(), serde_json::Value::Bool(true));
+            }
+            out.push(v);
+        }
+        match (array, out.pop()) {
+            (false, Some(one)) if out.is_empty() => Reply::json(&one),
+            (_, last) => {
+                out.extend(last);
+                Reply::json(&serde_json::Value::Array(out))
+            }
+        }
+    }
+
+    /// Index the keys of stored jobs (the rebuild at start).
+    pub(super) fn index_unique(&mut self, found: Vec<(Uuid, UniqueKey, i64)>) {
+        for (id, key, created) in found {
+            if self.index.jobs.contains_key(&id) {
+                self.index.unique.add(id, key, created);
+            }
+        }
+    }
+}
+
+/// The state `insert_new` will give a job (for the checks of later jobs in a batch).
+fn start_state(new: &NewJob, now_ms: i64) -> State {
+    let at = new.job.scheduled_time().map(|t| t.timestamp_millis());
+    match at {
+        _ if new.pending => State::Pending,
+        Some(at) if at > now_ms => State::Scheduled,
+        _ => State::Available,
+    }
+}
+
+impl UniqueIndex {
+    /// For INFO: how many jobs hold a key.
+    pub fn jobs(&self) -> usize {
+        self.of_job.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forget_releases_the_key() {
+        let mut ix = UniqueIndex::default();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        ix.add(a, [1; 32], 10);
+        ix.add(b, [1; 32], 20);
+        assert_eq!(
+            ix.holders(&[1; 32]).collect::<Vec<_>>(),
+            vec![(a, 10), (b, 20)]
+        );
+        ix.forget(a);
+        ix.forget(a);
+        assert_eq!(ix.holders(&[1; 32]).collect::<Vec<_>>(), vec![(b, 20)]);
+        ix.forget(b);
+        assert!(ix.jobs() == 0 && ix.by_key.is_empty());
+    }
+}

@@ -1,0 +1,285 @@
+//! The admin API of ojs-admin-api (queues, workers, dead letter) over the engine's admin
+//! commands. Request bodies and filters go through the same parsers as the TCP commands
+//! (`protocol::admin`), so both front ends accept and refuse the same things.
+//!
+//! | route | command |
+//! |---|---|
+//! | `GET /ojs/v1/admin/queues` | `QUEUE LIST` |
+//! | `GET /ojs/v1/admin/queues/{name}` | `QUEUE STATS name` |
+//! | `POST /ojs/v1/admin/queues/{name}/pause`, `/resume` | `QUEUE PAUSE|RESUME name` |
+//! | `DELETE /ojs/v1/admin/queues/{name}/jobs` | `QUEUE PURGE name {body}` |
+//! | `GET /ojs/v1/admin/workers`, `/workers/{id}` | `WORKERS` |
+//! | `POST /ojs/v1/admin/workers/{id}/quiet`, `/terminate` | `WORKER QUIET|TERMINATE id` |
+//! | `GET /ojs/v1/admin/dead-letter` | `DEAD LIST` (query: queue, type, error_type, since, until, page, per_page) |
+//! | `GET /ojs/v1/admin/dead-letter/stats` | `DEAD STATS` |
+//! | `GET /ojs/v1/admin/dead-letter/{id}` | `DEAD GET id` |
+//! | `POST /ojs/v1/admin/dead-letter/{id}/retry` | `DEAD RETRY id` |
+//! | `POST /ojs/v1/admin/dead-letter/retry` | `DEAD RETRY {filter}` |
+//! | `DELETE /ojs/v1/admin/dead-letter/{id}` | `DEAD DELETE id` |
+//! | `DELETE /ojs/v1/admin/dead-letter` | `DEAD DELETE {filter}` |
+//!
+//! The dead-letter routes are also served under `/ojs/v1/dead-letter` (ojs-dead-letter §10).
+
+use super::error::ApiError;
+use super::{json_response, AppState};
+use crate::protocol::admin::{self as parse, DeadCmd, QueueCmd};
+use crate::protocol::command::WorkerDirective;
+use crate::protocol::{Command, Reply};
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Map, Value};
+
+type Res = Result<Response, ApiError>;
+
+pub fn routes() -> Router<AppState> {
+    let mut r = Router::new()
+        .route("/ojs/v1/admin/queues", get(queues))
+        .route("/ojs/v1/admin/queues/{name}", get(queue))
+        .route("/ojs/v1/admin/queues/{name}/pause", post(pause))
+        .route("/ojs/v1/admin/queues/{name}/resume", post(resume))
+        .route(
+            "/ojs/v1/admin/queues/{name}/jobs",
+            axum::routing::delete(purge),
+        )
+        .route("/ojs/v1/admin/workers", get(workers))
+        .route("/ojs/v1/admin/workers/{id}", get(worker))
+        .route("/ojs/v1/admin/workers/{id}/quiet", post(quiet))
+        .route("/ojs/v1/admin/workers/{id}/terminate", post(terminate));
+    for base in ["/ojs/v1/admin/dead-letter", "/ojs/v1/dead-letter"] {
+        r = r
+            .route(base, get(dead_list).delete(dead_delete_all))
+            .route(&format!("{base}/stats"), get(dead_stats))
+            .route(&format!("{base}/retry"), post(dead_retry_all))
+            .route(&format!("{base}/{{id}}"), get(dead_get).delete(dead_delete))
+            .route(&format!("{base}/{{id}}/retry"), post(dead_retry));
+    }
+    r
+}
+
+fn ok_json(v: &Value) -> Response {
+    json_response(StatusCode::OK, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// Run a command; an engine error becomes the binding's error response.
+async fn call(st: &AppState, cmd: Command) -> Result<Reply, ApiError> {
+    match st.engine.call(None, cmd).await {
+        Reply::Error(e) => Err(e.into()),
+        r => Ok(r),
+    }
+}
+
+async fn call_json(st: &AppState, cmd: Command) -> Result<Value, ApiError> {
+    match call(st, cmd).await? {
+        Reply::Bulk(b) => serde_json::from_slice(&b).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "BACKEND_ERROR",
+                format!("unreadable engine reply: {e}"),
+            )
+        }),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "BACKEND_ERROR",
+            format!("unexpected engine reply {other:?}"),
+        )),
+    }
+}
+
+/// A JSON object body; an empty body is an empty object.
+fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
+        Err(e) => Err(ApiError::bad_request(format!("the body is not JSON: {e}"))),
+    }
+}
+
+/// `{"filter": {...}, "confirm": true}` (ojs-dead-letter §6.2) as one flat object.
+fn flatten_filter(mut obj: Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    match obj.remove("filter") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => {
+            for (k, v) in f {
+                if obj.contains_key(&k) {
+                    return Err(ApiError::bad_request(format!(
+                        "{k} is given both inside and outside filter"
+                    )));
+                }
+                obj.insert(k, v);
+            }
+        }
+        Some(_) => return Err(ApiError::bad_request("filter must be a JSON object")),
+    }
+    Ok(obj)
+}
+
+fn query_pairs(
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Vec<(String, String)>, ApiError> {
+    q.map(|Query(p)| p)
+        .map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
+async fn queues(State(st): State<AppState>) -> Res {
+    let v = call_json(&st, Command::Queue(QueueCmd::List)).await?;
+    let total = v["total"].clone();
+    Ok(ok_json(&json!({
+        "items": v["queues"],
+        "pagination": {"total": total, "page": 1, "per_page": total},
+    })))
+}
+
+async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+    let v = call_json(&st, Command::Queue(QueueCmd::Stats(name))).await?;
+    Ok(ok_json(&v))
+}
+
+async fn pause(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+    call(&st, Command::Queue(QueueCmd::Pause(vec![name.clone()]))).await?;
+    Ok(ok_json(&json!({"name": name, "paused": true})))
+}
+
+async fn resume(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+    call(&st, Command::Queue(QueueCmd::Resume(vec![name.clone()]))).await?;
+    Ok(ok_json(&json!({"name": name, "paused": false})))
+}
+
+async fn purge(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Res {
+    let cmd = parse::queue_purge(&name, &body_object(&body)?)?;
+    Ok(ok_json(&call_json(&st, Command::Queue(cmd)).await?))
+}
+
+async fn workers(State(st): State<AppState>) -> Res {
+    let v = call_json(&st, Command::Workers).await?;
+    let total = v["total"].clone();
+    Ok(ok_json(&json!({
+        "items": v["workers"],
+        "summary": v["summary"],
+        "pagination": {"total": total, "page": 1, "per_page": total},
+    })))
+}
+
+async fn worker(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    let v = call_json(&st, Command::Workers).await?;
+    let found = v["workers"]
+        .as_array()
+        .and_then(|ws| ws.iter().find(|w| w["id"].as_str() == Some(id.as_str())));
+    match found {
+        Some(w) => Ok(ok_json(w)),
+        None => Err(ApiError::not_found(format!("no worker with id {id}"))),
+    }
+}
+
+async fn direct(st: &AppState, id: String, directive: WorkerDirective) -> Res {
+    let cmd = Command::Worker {
+        wid: id.clone(),
+        directive,
+    };
+    call(st, cmd).await?;
+    let name = match directive {
+        WorkerDirective::Quiet => "quiet",
+        WorkerDirective::Terminate => "terminate",
+    };
+    Ok(ok_json(&json!({"id": id, "directive": name})))
+}
+
+async fn quiet(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    direct(&st, id, WorkerDirective::Quiet).await
+}
+
+async fn terminate(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    direct(&st, id, WorkerDirective::Terminate).await
+}
+
+/// `GET .../dead-letter?queue=&type=&error_type=&since=&until=&page=&per_page=` (or
+/// `limit`/`offset`): `{"items": [...], "pagination": {"total","page","per_page"}}`.
+async fn dead_list(
+    State(st): State<AppState>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Res {
+    let mut obj = Map::new();
+    let (mut page, mut per_page) = (None, None);
+    for (k, v) in query_pairs(q)? {
+        let num = || {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("{k} must be a non-negative integer")))
+        };
+        match k.as_str() {
+            "page" => page = Some(num()?.max(1)),
+            "per_page" => per_page = Some(num()?.clamp(1, parse::DEAD_LIST_MAX as u64)),
+            "limit" | "offset" => {
+                obj.insert(k.clone(), json!(num()?));
+            }
+            "queue" | "type" | "error_type" => {
+                obj.insert(k.clone(), json!(v));
+            }
+            // An unencoded `+01:00` arrives as ` 01:00` (a `+` in a query is a space).
+            "since" | "until" | "older_than" => {
+                obj.insert(k.clone(), json!(v.trim().replace(' ', "+")));
+            }
+            _ => {} // unknown parameters are ignored, as on the event routes
+        }
+    }
+    if page.is_some() || per_page.is_some() {
+        let per = per_page.unwrap_or(20);
+        obj.insert("limit".into(), json!(per));
+        obj.insert(
+            "offset".into(),
+            json!((page.unwrap_or(1) - 1).saturating_mul(per)),
+        );
+    }
+    let limit = obj.get("limit").and_then(Value::as_u64);
+    let cmd = parse::dead_list(&obj)?;
+    let v = call_json(&st, Command::Dead(cmd)).await?;
+    let per = limit.unwrap_or(parse::DEAD_LIST_DEFAULT as u64);
+    Ok(ok_json(&json!({
+        "items": v["jobs"],
+        "pagination": {"total": v["total"], "page": page.unwrap_or(1), "per_page": per},
+    })))
+}
+
+async fn dead_stats(State(st): State<AppState>) -> Res {
+    Ok(ok_json(
+        &call_json(&st, Command::Dead(DeadCmd::Stats)).await?,
+    ))
+}
+
+async fn dead_get(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    Ok(ok_json(
+        &call_json(&st, Command::Dead(DeadCmd::Get(id))).await?,
+    ))
+}
+
+async fn dead_retry(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    call(&st, Command::Dead(DeadCmd::Retry(id.clone()))).await?;
+    let job = call_json(&st, Command::Job { id }).await?;
+    Ok(ok_json(&json!({"job": job})))
+}
+
+async fn dead_delete(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    call(&st, Command::Dead(DeadCmd::Delete(id.clone()))).await?;
+    Ok(ok_json(&json!({"id": id, "deleted": true})))
+}
+
+async fn dead_retry_all(State(st): State<AppState>, body: Bytes) -> Res {
+    let obj = flatten_filter(body_object(&body)?)?;
+    let filter = parse::dead_bulk("retry", &obj)?;
+    let v = call_json(&st, Command::Dead(DeadCmd::RetryAll(filter))).await?;
+    Ok(ok_json(&v))
+}
+
+async fn dead_delete_all(State(st): State<AppState>, body: Bytes) -> Res {
+    let obj = flatten_filter(body_object(&body)?)?;
+    let filter = parse::dead_bulk("delete", &obj)?;
+    let v = call_json(&st, Command::Dead(DeadCmd::DeleteAll(filter))).await?;
+    Ok(ok_json(&v))
+}

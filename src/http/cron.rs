@@ -1,0 +1,144 @@
+//! Cron routes (ojs-http-binding §13, ojs-cron §8):
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /ojs/v1/cron?enabled=&limit=&offset=` | `{"cron_jobs", "count", "pagination"}` |
+//! | `POST /ojs/v1/cron` | register or update: `201` (new) or `200` (updated) `{"cron_job"}` |
+//! | `GET /ojs/v1/cron/{name}` | `{"cron_job"}` |
+//! | `PATCH /ojs/v1/cron/{name}` `{"enabled": bool}` | `{"cron_job"}` |
+//! | `DELETE /ojs/v1/cron/{name}` | `{"deleted": true, "name"}` |
+//!
+//! Each is one engine command (`CRON ...`), so the TCP and HTTP views never differ.
+
+use super::error::ApiError;
+use super::{json_response, AppState};
+use crate::protocol::cron::{CronCmd, MAX_LIST};
+use crate::protocol::{Command, Reply};
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{json, Value};
+
+async fn call(st: &AppState, cmd: CronCmd) -> Result<Option<Value>, ApiError> {
+    match st.engine.call(None, Command::Cron(cmd)).await {
+        Reply::Bulk(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "BACKEND_ERROR",
+                e.to_string(),
+            )
+        }),
+        Reply::Error(e) => Err(e.into()),
+        _ => Ok(None),
+    }
+}
+
+fn ok(status: StatusCode, v: &Value) -> Response {
+    json_response(status, serde_json::to_vec(v).unwrap_or_default())
+}
+
+fn body_object(body: &Bytes) -> Result<Value, ApiError> {
+    match serde_json::from_slice(body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "the request body is not valid JSON: {e}"
+        ))),
+    }
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(pairs) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let (mut enabled, mut limit, mut offset) = (None, MAX_LIST, 0);
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "enabled" => {
+                enabled = Some(v.parse::<bool>().map_err(|_| {
+                    ApiError::bad_request(format!("enabled must be true or false, got {v:?}"))
+                })?)
+            }
+            "limit" => {
+                limit = v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "limit must be an integer from 1 to {MAX_LIST}, got {v:?}"
+                    ))
+                })?
+            }
+            "offset" => {
+                offset = v.parse::<usize>().map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "offset must be a non-negative integer, got {v:?}"
+                    ))
+                })?
+            }
+            _ => {}
+        }
+    }
+    let cmd = CronCmd::List {
+        enabled,
+        limit: limit.min(MAX_LIST),
+        offset,
+    };
+    let v = call(&st, cmd).await?.unwrap_or(Value::Null);
+    Ok(ok(StatusCode::OK, &v))
+}
+
+pub async fn register(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let def = body_object(&body)?;
+    let mut v = call(&st, CronCmd::Add(def)).await?.unwrap_or(Value::Null);
+    let created = v.get("created").and_then(Value::as_bool).unwrap_or(false);
+    if let Value::Object(m) = &mut v {
+        m.shift_remove("created");
+    }
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(ok(status, &v))
+}
+
+pub async fn get_one(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let v = call(&st, CronCmd::Get(name)).await?.unwrap_or(Value::Null);
+    Ok(ok(StatusCode::OK, &v))
+}
+
+pub async fn patch(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let enabled = match body_object(&body)?.get("enabled") {
+        Some(Value::Bool(b)) => *b,
+        _ => {
+            return Err(ApiError::bad_request(
+                "PATCH needs {\"enabled\": true|false}",
+            ))
+        }
+    };
+    let cmd = if enabled {
+        CronCmd::Enable(name)
+    } else {
+        CronCmd::Disable(name)
+    };
+    let v = call(&st, cmd).await?.unwrap_or(Value::Null);
+    Ok(ok(StatusCode::OK, &v))
+}
+
+pub async fn delete(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    call(&st, CronCmd::Del(name.clone())).await?;
+    Ok(ok(StatusCode::OK, &json!({"deleted": true, "name": name})))
+}

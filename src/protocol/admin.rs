@@ -1,0 +1,362 @@
+//! Parsing of the administration commands: `QUEUE`, `DEAD` and the worker list
+//! (ojs-admin-api, ojs-dead-letter). The HTTP admin routes build their commands with the
+//! same functions, so both front ends accept and refuse exactly the same things.
+//!
+//! Destructive and bulk commands (`QUEUE PURGE`, `DEAD RETRY {filter}`,
+//! `DEAD DELETE {filter}`) need `"confirm": true` (ojs-admin-api §4 "safe by default"),
+//! and their payloads refuse unknown keys: a misspelt filter must not widen a purge.
+
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::State;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueueCmd {
+    Pause(Vec<String>),
+    Resume(Vec<String>),
+    /// Every known queue with its counts.
+    List,
+    /// One queue in detail.
+    Stats(String),
+    /// Delete the queue's jobs in `states` (never `active`), optionally only those whose
+    /// terminal time (or creation time, for waiting jobs) is before `older_than`.
+    Purge {
+        queue: String,
+        states: Vec<State>,
+        older_than: Option<DateTime<Utc>>,
+    },
+}
+
+/// Which dead letters a command covers; every field that is set must match.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeadFilter {
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    /// The `type` of the job's most recent error.
+    pub error_type: Option<String>,
+    /// Discarded at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Discarded before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl DeadFilter {
+    /// Set when matching needs the job body, not just the index.
+    pub fn needs_body(&self) -> bool {
+        self.job_type.is_some() || self.error_type.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeadCmd {
+    List {
+        filter: DeadFilter,
+        limit: usize,
+        offset: usize,
+    },
+    Get(String),
+    Stats,
+    Retry(String),
+    RetryAll(DeadFilter),
+    Delete(String),
+    DeleteAll(DeadFilter),
+}
+
+pub const DEAD_LIST_DEFAULT: usize = 50;
+pub const DEAD_LIST_MAX: usize = 1000;
+
+fn malformed(msg: impl Into<String>) -> OjsError {
+    OjsError::new(ErrorCode::MalformedCommand, msg)
+}
+
+fn split_verb(line: &str) -> (&str, &str) {
+    match line.find(' ') {
+        Some(i) => (&line[..i], line[i + 1..].trim_start()),
+        None => (line, ""),
+    }
+}
+
+fn object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
+    match serde_json::from_str(payload) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(malformed(format!("{verb} payload must be a JSON object"))),
+        Err(e) => Err(malformed(format!("{verb}: invalid JSON: {e}"))),
+    }
+}
+
+fn one_word(verb: &str, payload: &str, what: &str) -> OjsResult<String> {
+    let mut words = payload.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some(w), None) => Ok(w.to_string()),
+        _ => Err(malformed(format!("{verb} needs exactly one {what}"))),
+    }
+}
+
+fn only_keys(verb: &str, obj: &Map<String, Value>, allowed: &[&str]) -> OjsResult<()> {
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => {
+            let shown: String = k.chars().take(64).collect();
+            Err(malformed(format!(
+                "{verb}: unknown field {shown:?} (expected {})",
+                allowed.join(", ")
+            )))
+        }
+        None => Ok(()),
+    }
+}
+
+fn text(verb: &str, obj: &Map<String, Value>, k: &str) -> OjsResult<Option<String>> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(malformed(format!("{verb}: {k} must be a string"))),
+    }
+}
+
+fn time(verb: &str, obj: &Map<String, Value>, k: &str) -> OjsResult<Option<DateTime<Utc>>> {
+    match text(verb, obj, k)? {
+        None => Ok(None),
+        Some(s) => crate::job::parse_ts(&s).map(Some).ok_or_else(|| {
+            malformed(format!(
+                "{verb}: {k} must be an RFC 3339 timestamp with a zone"
+            ))
+        }),
+    }
+}
+
+fn confirmed(verb: &str, obj: &Map<String, Value>) -> OjsResult<()> {
+    match obj.get("confirm") {
+        Some(Value::Bool(true)) => Ok(()),
+        _ => Err(malformed(format!(
+            "{verb} changes many jobs: send \"confirm\": true"
+        ))),
+    }
+}
+
+const FILTER_KEYS: [&str; 6] = [
+    "queue",
+    "type",
+    "error_type",
+    "since",
+    "until",
+    "older_than",
+];
+
+/// A dead-letter filter from a JSON object (`older_than` is ojs-admin-api §11.3's name
+/// for `until`).
+pub fn dead_filter(verb: &str, obj: &Map<String, Value>) -> OjsResult<DeadFilter> {
+    let until = time(verb, obj, "until")?;
+    let older = time(verb, obj, "older_than")?;
+    if until.is_some() && older.is_some() {
+        return Err(malformed(format!(
+            "{verb}: give until or older_than, not both"
+        )));
+    }
+    Ok(DeadFilter {
+        queue: text(verb, obj, "queue")?,
+        job_type: text(verb, obj, "type")?,
+        error_type: text(verb, obj, "error_type")?,
+        since: time(verb, obj, "since")?,
+        until: until.or(older),
+    })
+}
+
+/// `DEAD RETRY {...}` / `DEAD DELETE {...}`: a filter plus `"confirm": true`.
+pub fn dead_bulk(verb: &str, obj: &Map<String, Value>) -> OjsResult<DeadFilter> {
+    let mut allowed = FILTER_KEYS.to_vec();
+    allowed.push("confirm");
+    only_keys(verb, obj, &allowed)?;
+    confirmed(verb, obj)?;
+    dead_filter(verb, obj)
+}
+
+/// `DEAD LIST {...}`: a filter plus `limit` (default 50, at most 1000) and `offset`.
+pub fn dead_list(obj: &Map<String, Value>) -> OjsResult<DeadCmd> {
+    let verb = "DEAD LIST";
+    let mut allowed = FILTER_KEYS.to_vec();
+    allowed.extend(["limit", "offset"]);
+    only_keys(verb, obj, &allowed)?;
+    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
+                .ok_or_else(|| malformed(format!("{verb}: {k} must be a non-negative integer"))),
+        }
+    };
+    Ok(DeadCmd::List {
+        filter: dead_filter(verb, obj)?,
+        limit: num("limit", DEAD_LIST_DEFAULT, DEAD_LIST_MAX)?,
+        offset: num("offset", 0, usize::MAX)?,
+    })
+}
+
+pub fn parse_dead(payload: &str) -> OjsResult<DeadCmd> {
+    let (sub, rest) = split_verb(payload);
+    let sub = sub.to_ascii_uppercase();
+    match sub.as_str() {
+        "LIST" if rest.is_empty() => dead_list(&Map::new()),
+        "LIST" => dead_list(&object("DEAD LIST", rest)?),
+        "GET" => Ok(DeadCmd::Get(one_word("DEAD GET", rest, "job id")?)),
+        "STATS" if rest.is_empty() => Ok(DeadCmd::Stats),
+        "STATS" => Err(malformed("DEAD STATS takes no arguments")),
+        "RETRY" | "DELETE" => {
+            let verb = format!("DEAD {sub}");
+            if rest.starts_with('{') {
+                let filter = dead_bulk(&verb, &object(&verb, rest)?)?;
+                Ok(match sub.as_str() {
+                    "RETRY" => DeadCmd::RetryAll(filter),
+                    _ => DeadCmd::DeleteAll(filter),
+                })
+            } else {
+                let id = one_word(&verb, rest, "job id (or a JSON filter)")?;
+                Ok(match sub.as_str() {
+                    "RETRY" => DeadCmd::Retry(id),
+                    _ => DeadCmd::Delete(id),
+                })
+            }
+        }
+        _ => Err(malformed("DEAD needs LIST, GET, STATS, RETRY or DELETE")),
+    }
+}
+
+fn state_named(s: &str) -> Option<State> {
+    State::ALL.into_iter().find(|st| st.as_str() == s)
+}
+
+/// `QUEUE PURGE <queue> {"states": [...], "older_than"?: "...", "confirm": true}`.
+pub fn queue_purge(queue: &str, obj: &Map<String, Value>) -> OjsResult<QueueCmd> {
+    let verb = "QUEUE PURGE";
+    only_keys(verb, obj, &["states", "older_than", "confirm"])?;
+    confirmed(verb, obj)?;
+    let names = match obj.get("states") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        _ => {
+            return Err(malformed(
+                "QUEUE PURGE: states must be a non-empty array of job states",
+            ))
+        }
+    };
+    let mut states = Vec::with_capacity(names.len());
+    for n in names {
+        let st = n
+            .as_str()
+            .and_then(state_named)
+            .ok_or_else(|| malformed(format!("QUEUE PURGE: {n} is not a job state")))?;
+        if st == State::Active {
+            return Err(malformed(
+                "QUEUE PURGE: active jobs are held by workers and cannot be purged; CANCEL them",
+            ));
+        }
+        if !states.contains(&st) {
+            states.push(st);
+        }
+    }
+    Ok(QueueCmd::Purge {
+        queue: queue.to_string(),
+        states,
+        older_than: time(verb, obj, "older_than")?,
+    })
+}
+
+pub fn parse_queue(payload: &str) -> OjsResult<QueueCmd> {
+    let (sub, rest) = split_verb(payload);
+    match sub.to_ascii_uppercase().as_str() {
+        "PAUSE" | "RESUME" => {
+            let names: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+            if names.is_empty() {
+                return Err(malformed(
+                    "QUEUE PAUSE|RESUME needs at least one queue name",
+                ));
+            }
+            Ok(if sub.eq_ignore_ascii_case("PAUSE") {
+                QueueCmd::Pause(names)
+            } else {
+                QueueCmd::Resume(names)
+            })
+        }
+        "LIST" if rest.is_empty() => Ok(QueueCmd::List),
+        "LIST" => Err(malformed("QUEUE LIST takes no arguments")),
+        "STATS" => Ok(QueueCmd::Stats(one_word(
+            "QUEUE STATS",
+            rest,
+            "queue name",
+        )?)),
+        "PURGE" => {
+            let (queue, body) = split_verb(rest);
+            if queue.is_empty() || !body.starts_with('{') {
+                return Err(malformed(
+                    "QUEUE PURGE needs a queue name and {\"states\": [...], \"confirm\": true}",
+                ));
+            }
+            queue_purge(queue, &object("QUEUE PURGE", body)?)
+        }
+        _ => Err(malformed("QUEUE needs PAUSE, RESUME, LIST, STATS or PURGE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(r: OjsResult<impl std::fmt::Debug>) -> ErrorCode {
+        r.unwrap_err().code
+    }
+
+    #[test]
+    fn queue_commands() {
+        assert_eq!(parse_queue("LIST").unwrap(), QueueCmd::List);
+        assert_eq!(
+            parse_queue("stats q1").unwrap(),
+            QueueCmd::Stats("q1".into())
+        );
+        assert_eq!(
+            parse_queue(r#"PURGE q {"states":["completed","available"],"confirm":true}"#).unwrap(),
+            QueueCmd::Purge {
+                queue: "q".into(),
+                states: vec![State::Completed, State::Available],
+                older_than: None
+            }
+        );
+        #[rustfmt::skip]
+        let bad = [
+            "PURGE q", r#"PURGE q {"states":["completed"]}"#, r#"PURGE q {"states":[],"confirm":true}"#,
+            r#"PURGE q {"states":["active"],"confirm":true}"#, r#"PURGE q {"states":["x"],"confirm":true}"#,
+            r#"PURGE q {"states":["completed"],"confirm":true,"stats":1}"#, "STATS", "STATS a b",
+            "LIST x", "DRAIN q", "PAUSE",
+        ];
+        for b in bad {
+            assert_eq!(code(parse_queue(b)), ErrorCode::MalformedCommand, "{b}");
+        }
+    }
+
+    #[test]
+    fn dead_commands() {
+        assert_eq!(parse_dead("STATS").unwrap(), DeadCmd::Stats);
+        assert_eq!(parse_dead("GET x").unwrap(), DeadCmd::Get("x".into()));
+        assert_eq!(parse_dead("RETRY x").unwrap(), DeadCmd::Retry("x".into()));
+        let f = DeadFilter {
+            queue: Some("q".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            parse_dead(r#"DELETE {"queue":"q","confirm":true}"#).unwrap(),
+            DeadCmd::DeleteAll(f.clone())
+        );
+        assert_eq!(
+            parse_dead(r#"RETRY {"queue":"q","confirm":true}"#).unwrap(),
+            DeadCmd::RetryAll(f)
+        );
+        #[rustfmt::skip]
+        let bad = [
+            r#"DELETE {"queue":"q"}"#, r#"RETRY {"queu":"q","confirm":true}"#, "PURGE", "GET",
+            r#"LIST {"since":"yesterday"}"#, r#"LIST {"until":"2026-01-01T00:00:00Z","older_than":"2026-01-01T00:00:00Z"}"#,
+            "STATS x", "RETRY a b",
+        ];
+        for b in bad {
+            assert_eq!(code(parse_dead(b)), ErrorCode::MalformedCommand, "{b}");
+        }
+    }
+}
