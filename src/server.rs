@@ -172,19 +172,30 @@ async fn connection(
         while let Some(p) = rx.recv().await {
             let reply = match p {
                 Pending::Ready(r) => r,
-                Pending::Wait(w) => w.await.unwrap_or_else(|_| unavailable()),
-                Pending::Fetch(mut w) => {
-                    let mut gone = gone.clone();
-                    tokio::select! {
-                        r = &mut w => r.unwrap_or_else(|_| unavailable()),
-                        _ = gone.wait_for(|g| *g) => {
-                            w.close();
-                            // Already answered: still try to deliver it. Otherwise the
-                            // engine now sees the FETCH abandoned and claims nothing for it.
-                            w.try_recv().unwrap_or(Reply::Null)
+                Pending::Wait(mut w) => match take_ready(&mut w) {
+                    Some(r) => r,
+                    None => {
+                        // Send what is already answered before waiting on this one.
+                        sink.flush().await?;
+                        w.await.unwrap_or_else(|_| unavailable())
+                    }
+                },
+                Pending::Fetch(mut w) => match take_ready(&mut w) {
+                    Some(r) => r,
+                    None => {
+                        sink.flush().await?;
+                        let mut gone = gone.clone();
+                        tokio::select! {
+                            r = &mut w => r.unwrap_or_else(|_| unavailable()),
+                            _ = gone.wait_for(|g| *g) => {
+                                w.close();
+                                // Already answered: still try to deliver it. Otherwise the
+                                // engine now sees the FETCH abandoned and claims nothing for it.
+                                w.try_recv().unwrap_or(Reply::Null)
+                            }
                         }
                     }
-                }
+                },
                 Pending::Subscribe(filter, start) => {
                     return stream_events(&mut sink, &mut rx, stream_engine, filter, start).await;
                 }
@@ -244,6 +255,15 @@ async fn connection(
     match writer.await {
         Ok(r) => r,
         Err(e) => Err(std::io::Error::other(e)),
+    }
+}
+
+/// The reply if it has already arrived (or can never arrive); `None` while it is pending.
+fn take_ready(w: &mut oneshot::Receiver<Reply>) -> Option<Reply> {
+    match w.try_recv() {
+        Ok(r) => Some(r),
+        Err(oneshot::error::TryRecvError::Empty) => None,
+        Err(oneshot::error::TryRecvError::Closed) => Some(unavailable()),
     }
 }
 

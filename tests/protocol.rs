@@ -577,3 +577,30 @@ fn unknown_attributes_are_kept_and_system_attributes_ignored() {
     assert_eq!(done["custom"], sent["custom"]);
     assert!(done.get("result").is_none(), "{done}");
 }
+
+/// A reply that is ready must not wait behind a later FETCH that is still blocking.
+#[test]
+fn a_pipelined_reply_is_not_held_back_by_a_blocking_fetch() {
+    let srv = Server::start_with(&["--fetch-wait-ms", "5000"]);
+    let mut c = srv.client();
+    let id = push_id(&mut c, &json!({"type": "p.q", "args": [], "queue": "pipe"}));
+    let mut w = srv.worker("pw");
+    let job = w.fetch(&["pipe"]).expect("FETCH").expect("a job");
+    assert_eq!(id_of(&job), id);
+    w.send_line(&format!("ACK {{\"id\":\"{id}\"}}"))
+        .expect("send ACK");
+    w.send_line("FETCH pipe").expect("send FETCH");
+    w.flush().expect("flush");
+    let started = std::time::Instant::now();
+    let first = w.read_reply().expect("ACK reply");
+    assert_eq!(first, ojs_client::Reply::Simple("OK".into()));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "the ACK reply waited {:?} behind the FETCH",
+        started.elapsed()
+    );
+    assert_eq!(
+        w.read_reply().expect("FETCH reply"),
+        ojs_client::Reply::Null
+    );
+}
