@@ -12,6 +12,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+// The engine allocates and frees many small buffers per job (JSON, sled pages); mimalloc
+// handles that pattern markedly better than glibc malloc (see bench/RESULTS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A durable background-job broker speaking the Open Job Spec over a Faktory-style protocol.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -30,6 +30,7 @@ impl SledStore {
             .cache_capacity(cache_bytes)
             // 16 MiB segments: the blob threshold becomes segment/4, far above our largest value.
             .segment_size(16 * 1024 * 1024)
+            .mode(sled::Mode::HighThroughput)
             .open()
             .map_err(err)?;
         let log_file = File::open(dir.join("db"))?;
