@@ -45,17 +45,15 @@ impl Engine {
     /// A job id that must name a dead letter. `missing` is the code for a job in another
     /// state: NOT_FOUND for reads, INVALID_STATE_TRANSITION for changes.
     fn dead_id(&self, id: &str, missing: ErrorCode) -> OjsResult<Uuid> {
-        let uid = super::jobs::parse_id(id)?;
-        match self.index.jobs.get(&uid) {
-            Some(e) if e.state == State::Discarded => Ok(uid),
-            Some(e) => Err(OjsError::new(
+        match self.lookup(id)? {
+            (uid, State::Discarded) => Ok(uid),
+            (uid, state) => Err(OjsError::new(
                 missing,
                 format!(
                     "job {uid} is {}, not in the dead-letter set",
-                    e.state.as_str()
+                    state.as_str()
                 ),
             )),
-            None => Err(super::jobs::not_found(id)),
         }
     }
 

@@ -441,13 +441,7 @@ impl Engine {
         id: &str,
         actor: Option<&Arc<str>>,
     ) -> OjsResult<()> {
-        let uid = parse_id(id)?;
-        let state = self
-            .index
-            .jobs
-            .get(&uid)
-            .ok_or_else(|| not_found(id))?
-            .state;
+        let (uid, state) = self.lookup(id)?;
         if state.is_terminal() {
             return Ok(()); // idempotent (ojs-core §7.6 rule 4)
         }
@@ -478,13 +472,7 @@ impl Engine {
     }
 
     pub(super) fn activate(&mut self, txn: &mut Txn, id: &str) -> OjsResult<()> {
-        let uid = parse_id(id)?;
-        let state = self
-            .index
-            .jobs
-            .get(&uid)
-            .ok_or_else(|| not_found(id))?
-            .state;
+        let (uid, state) = self.lookup(id)?;
         if state != State::Pending {
             return Err(wrong_state(uid, state, "ACTIVATE", "pending"));
         }
@@ -515,13 +503,15 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn job_info(&self, id: &str) -> OjsResult<Uuid> {
+    /// A job's id and current state, or NOT_FOUND.
+    pub(super) fn lookup(&self, id: &str) -> OjsResult<(Uuid, State)> {
         let uid = parse_id(id)?;
-        if self.index.jobs.contains_key(&uid) {
-            Ok(uid)
-        } else {
-            Err(not_found(id))
-        }
+        let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
+        Ok((uid, e.state))
+    }
+
+    pub(super) fn job_info(&self, id: &str) -> OjsResult<Uuid> {
+        self.lookup(id).map(|(uid, _)| uid)
     }
 
     /// Put back jobs whose FETCH reply never reached a client. The worker never saw them,

@@ -294,7 +294,7 @@ impl Engine {
             let ms = due - self.clock.now().timestamp_millis();
             budget = budget.min(Duration::from_millis(ms.max(0) as u64));
         }
-        if let Some(d) = self.waiters.iter().map(|w| w.deadline).min() {
+        if let Some(d) = self.waiters.front().map(|w| w.deadline) {
             budget = budget.min(d.saturating_duration_since(Instant::now()));
         }
         budget
@@ -469,32 +469,51 @@ impl Engine {
     /// Hand newly available jobs to waiting FETCHes, oldest waiter first, and time out the rest.
     fn serve_waiters(&mut self, txn: &mut Txn, stopping: bool) {
         let now = Instant::now();
-        let woke = std::mem::take(&mut self.woke);
-        let mut keep = VecDeque::with_capacity(self.waiters.len());
-        while let Some(w) = self.waiters.pop_front() {
-            if w.reply.is_closed() {
-                continue;
-            }
-            if woke && !stopping {
-                match self.fetch(txn, w.wid.as_ref(), &w.queues, w.count.unwrap_or(1)) {
-                    Ok(ids) if !ids.is_empty() => {
-                        txn.reply(w.reply, fetch_out(ids, w.count));
-                        continue;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        txn.reply(w.reply, Out::Reply(Reply::Error(e)));
-                        continue;
+        if std::mem::take(&mut self.woke) && !stopping {
+            // Offer what became available, oldest waiter first.
+            let mut keep = VecDeque::with_capacity(self.waiters.len());
+            while let Some(w) = self.waiters.pop_front() {
+                if w.reply.is_closed() {
+                    continue;
+                }
+                if self.any_available(&w.queues) {
+                    match self.fetch(txn, w.wid.as_ref(), &w.queues, w.count.unwrap_or(1)) {
+                        Ok(ids) if !ids.is_empty() => {
+                            txn.reply(w.reply, fetch_out(ids, w.count));
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            txn.reply(w.reply, Out::Reply(Reply::Error(e)));
+                            continue;
+                        }
                     }
                 }
-            }
-            if stopping || w.deadline <= now {
-                txn.reply(w.reply, Out::Reply(Reply::Null));
-            } else {
                 keep.push_back(w);
             }
+            self.waiters = keep;
         }
-        self.waiters = keep;
+        // Every waiter waits the same time from its arrival, so deadlines are in queue order
+        // and only the front can be due: idle connections cost nothing per turn.
+        while self
+            .waiters
+            .front()
+            .is_some_and(|w| stopping || w.deadline <= now)
+        {
+            if let Some(w) = self.waiters.pop_front() {
+                txn.reply(w.reply, Out::Reply(Reply::Null));
+            }
+        }
+    }
+
+    /// Whether any of these queues has a job a FETCH could take right now.
+    fn any_available(&self, queues: &[String]) -> bool {
+        queues.iter().any(|q| {
+            self.index.find_queue(q).is_some_and(|id| {
+                let queue = self.index.queue(id);
+                !queue.paused && queue.count(crate::job::State::Available) > 0
+            })
+        })
     }
 }
 
