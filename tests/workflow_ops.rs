@@ -338,3 +338,22 @@ fn purging_a_waiting_workflow_job_fails_its_workflow_instead_of_stalling_it() {
     assert_eq!(wf["jobs"][0]["state"], "failed");
     assert_eq!(wf["metadata"]["error"]["errors"][0]["code"], "deleted");
 }
+
+#[test]
+fn a_job_of_a_cancelled_workflow_is_not_retried_when_it_fails() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    let mut w = srv.worker("w1");
+    let retried = json!({"type": "step.one", "args": [],
+        "options": {"retry": {"max_attempts": 5, "jitter": false}}});
+    let def = json!({"type": "chain", "steps": [retried, j("step.two")]});
+    let id = wf_id(&create(&mut c, &def));
+    let active = fetch_one(&mut w, "default");
+    let cancelled = call_json(&mut c, &format!("WORKFLOW CANCEL {id}"));
+    assert_eq!(cancelled["state"], "cancelled");
+    w.fail(&id_of(&active), "boom", "failed after the cancel", &[])
+        .expect("FAIL");
+    // With 4 attempts left it would be retryable; the cancelled workflow stops that.
+    assert_eq!(state_of(&mut c, &id_of(&active)), "discarded");
+    assert_eq!(get(&mut c, &id)["state"], "cancelled");
+}

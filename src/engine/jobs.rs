@@ -330,6 +330,13 @@ impl Engine {
             if lost { None } else { etype.as_deref() },
             sample,
         );
+        // A cancelled workflow lets running jobs finish but starts no new attempt.
+        let decision = match decision {
+            RetryDecision::Retry { .. } if self.workflow_cancelled_for(uid) => {
+                RetryDecision::Exhausted
+            }
+            d => d,
+        };
         let attempt = job.attempt;
         let max_attempts = job.retry.max_attempts;
         let data = job_data(job);

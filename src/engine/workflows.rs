@@ -271,6 +271,15 @@ impl Engine {
         }
     }
 
+    /// Whether `uid` belongs to a workflow that was cancelled.
+    pub(super) fn workflow_cancelled_for(&self, uid: Uuid) -> bool {
+        self.workflows
+            .by_job
+            .get(&uid)
+            .and_then(|(id, _)| self.workflows.map.get(id))
+            .is_some_and(|wf| wf.header.state == super::workflow_records::WfState::Cancelled)
+    }
+
     /// A workflow job reached a terminal state (from the `settled` hook).
     pub(super) fn workflow_job_settled(&mut self, txn: &mut Txn, uid: Uuid, state: State) {
         let Some((id, n)) = self.workflows.by_job.remove(&uid) else {
