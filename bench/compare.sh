@@ -59,16 +59,7 @@ fi
 export NODE_PATH=$PEERS/node_modules
 
 # --- ojsd --------------------------------------------------------------------------------
-if [ -n "${OJSD_BIN:-}" ] && [ -n "${BENCH_BIN:-}" ]; then
-    OJSD=$OJSD_BIN
-    BENCH=$BENCH_BIN
-else
-    echo "building release binaries..." >&2
-    (cd "$ROOT" && cargo build --release --quiet --bin ojsd --bin ojsd-bench)
-    TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-    OJSD=$TARGET/release/ojsd
-    BENCH=$TARGET/release/ojsd-bench
-fi
+. "$ROOT/bench/bins.sh"
 
 free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }

@@ -23,14 +23,7 @@ fi
 [ "${1:-}" = "--" ] && shift
 command -v perf >/dev/null || { echo "perf is not installed (apt-get install linux-perf)" >&2; exit 1; }
 
-if [ -n "${OJSD_BIN:-}" ] && [ -n "${BENCH_BIN:-}" ]; then
-    OJSD=$OJSD_BIN
-    BENCH=$BENCH_BIN
-else
-    (cd "$ROOT" && cargo build --release --quiet --bin ojsd --bin ojsd-bench)
-    OJSD=${CARGO_TARGET_DIR:-$ROOT/target}/release/ojsd
-    BENCH=${CARGO_TARGET_DIR:-$ROOT/target}/release/ojsd-bench
-fi
+. "$ROOT/bench/bins.sh"
 OUT=${PROFILE_DIR:-$ROOT/bench/profiles/$NAME}
 mkdir -p "$OUT"
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/ojsd-profile.XXXXXX")

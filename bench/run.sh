@@ -56,16 +56,7 @@ trap 'exit 130' INT TERM
 # 1000 idle connections need about as many descriptors on each side.
 ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-if [ -n "${OJSD_BIN:-}" ] && [ -n "${BENCH_BIN:-}" ]; then
-    OJSD=$OJSD_BIN
-    BENCH=$BENCH_BIN
-else
-    echo "building release binaries..." >&2
-    (cd "$ROOT" && cargo build --release --quiet --bin ojsd --bin ojsd-bench)
-    TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-    OJSD=${OJSD_BIN:-$TARGET/release/ojsd}
-    BENCH=${BENCH_BIN:-$TARGET/release/ojsd-bench}
-fi
+. "$ROOT/bench/bins.sh"
 
 RESULTS=$TMP/results.tsv
 : >"$RESULTS"
