@@ -137,6 +137,37 @@ fn resubscribe_after_last_cursor_gets_exactly_the_missed_events_then_live() {
 }
 
 #[test]
+fn replay_can_start_inside_one_commits_events() {
+    // PUSHB commits its jobs at once, and the log keeps a commit's events together:
+    // a cursor in the middle of them must still replay exactly what follows it.
+    let mut srv = Server::start();
+    let mut c = srv.client();
+    let jobs: Vec<Value> = (0..5).map(|_| job("t", "q")).collect();
+    let ids: Vec<String> = c
+        .push_bulk(&jobs)
+        .expect("PUSHB")
+        .iter()
+        .map(id_of)
+        .collect();
+    let all = Sub::open(&srv, json!({"after": 0})).take(5);
+    assert_eq!(subjects(&all), ids);
+    let second = cursor(&all[1]);
+    assert_consecutive(
+        &Sub::open(&srv, json!({"after": second})).take(3),
+        second + 1,
+    );
+    srv.restart();
+    let mut s = Sub::open(&srv, json!({"after": second + 1}));
+    let replay = s.take(2);
+    assert_eq!(subjects(&replay), &ids[3..]);
+    // Cursors continue after the last event of the record.
+    let mut c = srv.client();
+    let id = push_id(&mut c, &job("t", "q"));
+    let e = s.next();
+    assert_eq!((subject(&e), cursor(&e)), (id.as_str(), second + 4));
+}
+
+#[test]
 fn resubscribe_since_a_time_replays_from_that_time_then_live() {
     let srv = Server::start();
     let mut c = srv.client();

@@ -92,9 +92,45 @@ impl Engine {
         self.events.next += 1;
         let source = events::source(&self.cfg.events.service, from);
         let e = events::build(cursor, kind, source, self.now, subject, data);
-        txn.batch
-            .put(Space::Event, &events::cursor_key(cursor), e.json.to_vec());
         txn.events.push(e);
+    }
+
+    /// Write this batch's events to the log, a record per run of consecutive cursors.
+    pub(super) fn log_events(txn: &mut Txn) {
+        let mut rest = &txn.events[..];
+        while let Some(first) = rest.first() {
+            let (record, taken) = events::encode_chunk(rest);
+            txn.batch
+                .put(Space::Event, &events::cursor_key(first.cursor), record);
+            rest = &rest[taken..];
+        }
+    }
+
+    /// Visit logged events from cursor `from` on, in order, until `f` returns false.
+    /// Records that cannot be read are reported with their first cursor and skipped.
+    fn scan_log(&self, from: u64, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> OjsResult<Option<u64>> {
+        let start = self
+            .store
+            .floor_key(Space::Event, &events::cursor_key(from))
+            .map_err(super::txn::backend)?
+            .unwrap_or_else(|| events::cursor_key(from).to_vec());
+        let mut bad = None;
+        self.store
+            .scan_from(Space::Event, &start, &mut |k, v| {
+                let Some(first) = events::key_cursor(k) else {
+                    return true;
+                };
+                let Some(entries) = events::decode_chunk(first, v) else {
+                    bad = Some(first);
+                    return true;
+                };
+                entries
+                    .into_iter()
+                    .filter(|(c, _)| *c >= from)
+                    .all(|(c, json)| f(c, json))
+            })
+            .map_err(super::txn::backend)?;
+        Ok(bad)
     }
 
     /// Emit a job event with the job's common fields plus `extra`.
@@ -214,28 +250,24 @@ impl Engine {
         let mut out = Vec::new();
         let mut last = from.saturating_sub(1);
         let mut scanned = 0usize;
-        let mut bad = None;
+        let mut unreadable = None;
         if from < self.events.next {
-            self.store
-                .scan_from(Space::Event, &events::cursor_key(from), &mut |k, v| {
-                    let Some(c) = events::key_cursor(k) else {
-                        return true;
-                    };
-                    match events::decode(c, v) {
-                        Some((e, _)) => {
-                            if filter.matches(&e) {
-                                out.push(e);
-                            }
+            let bad = self.scan_log(from, &mut |c, json| {
+                match events::decode(c, json) {
+                    Some((e, _)) => {
+                        if filter.matches(&e) {
+                            out.push(e);
                         }
-                        None => bad = Some(c),
                     }
-                    last = c;
-                    scanned += 1;
-                    out.len() < limit && scanned < limit * 20
-                })
-                .map_err(super::txn::backend)?;
+                    None => unreadable = Some(c),
+                }
+                last = c;
+                scanned += 1;
+                out.len() < limit && scanned < limit * 20
+            })?;
+            unreadable = unreadable.or(bad);
         }
-        if let Some(c) = bad {
+        if let Some(c) = unreadable {
             tracing::warn!(cursor = c, "unreadable event record skipped");
         }
         let at_head = last.saturating_add(1) >= self.events.next;
@@ -261,52 +293,63 @@ impl Engine {
     /// The first cursor whose event time is at or after `t` (events are in time order).
     fn cursor_at(&self, t: chrono::DateTime<chrono::Utc>) -> OjsResult<u64> {
         let mut found = self.events.next;
-        self.store
-            .scan_from(
-                Space::Event,
-                &events::cursor_key(self.events.oldest),
-                &mut |k, v| match (events::key_cursor(k), events::decode(0, v)) {
-                    (Some(c), Some((_, time))) if time >= t => {
-                        found = c;
-                        false
-                    }
-                    _ => true,
-                },
-            )
-            .map_err(super::txn::backend)?;
+        self.scan_log(
+            self.events.oldest,
+            &mut |c, json| match events::decode(c, json) {
+                Some((_, time)) if time >= t => {
+                    found = c;
+                    false
+                }
+                _ => true,
+            },
+        )?;
         Ok(found)
     }
 
     /// Drop events past the retention age or count (ojs-events §9.3), oldest first, a
-    /// bounded chunk per call.
+    /// bounded number per call. Whole records go: one is dropped once its newest event is
+    /// past the age or its last cursor is past the count, so the log may keep up to one
+    /// commit's events beyond either limit.
     pub(super) fn prune_events(&mut self, txn: &mut Txn) {
-        const CHUNK: u64 = 10_000;
+        const MAX_PER_CALL: u64 = 10_000;
         let count = self.events.next - self.events.oldest;
         let over = count.saturating_sub(self.cfg.events.max_count);
+        let count_end = self.events.oldest + over;
         let cutoff =
             self.now - chrono::Duration::milliseconds(self.cfg.events.retention.as_millis() as i64);
-        let mut end = self.events.oldest + over.min(CHUNK);
-        if end < self.events.next && end - self.events.oldest < CHUNK {
-            // Age: walk forward while events are older than the cutoff.
-            let limit = self.events.oldest + CHUNK;
-            let _ =
-                self.store
-                    .scan_from(Space::Event, &events::cursor_key(end), &mut |k, v| match (
-                        events::key_cursor(k),
-                        events::decode(0, v),
-                    ) {
-                        (Some(c), Some((_, time))) if time < cutoff && c < limit => {
-                            end = c + 1;
-                            true
-                        }
-                        _ => false,
-                    });
-        }
-        if end == self.events.oldest {
+        let mut drop = Vec::new();
+        let mut end = self.events.oldest;
+        let scan = self.store.scan_from(
+            Space::Event,
+            &events::cursor_key(self.events.oldest),
+            &mut |k, v| {
+                let Some(first) = events::key_cursor(k) else {
+                    return false;
+                };
+                let Some(entries) = events::decode_chunk(first, v) else {
+                    return false;
+                };
+                let Some(&(last, json)) = entries.last() else {
+                    return false;
+                };
+                let aged = || events::decode(last, json).is_some_and(|(_, time)| time < cutoff);
+                if last >= count_end && !aged() {
+                    return false;
+                }
+                drop.push(first);
+                end = last + 1;
+                end - self.events.oldest < MAX_PER_CALL
+            },
+        );
+        if let Err(e) = scan {
+            tracing::error!(error = %e, "could not read the event log to prune it");
             return;
         }
-        for c in self.events.oldest..end {
-            txn.batch.delete(Space::Event, &events::cursor_key(c));
+        if drop.is_empty() {
+            return;
+        }
+        for first in drop {
+            txn.batch.delete(Space::Event, &events::cursor_key(first));
         }
         self.events.oldest = end;
         // Remember where cursors stand, in case the log is now empty.
@@ -324,8 +367,14 @@ impl Engine {
         let last = last.as_deref().and_then(events::key_cursor);
         match (first, last) {
             (Some(f), Some(l)) => {
+                let record = self.store.get(Space::Event, &events::cursor_key(l))?;
+                let n = record
+                    .and_then(|v| events::decode_chunk(l, &v).map(|e| e.len() as u64))
+                    .ok_or_else(|| {
+                        crate::store::StoreError(format!("event log record {l} is unreadable"))
+                    })?;
                 self.events.oldest = f;
-                self.events.next = l + 1;
+                self.events.next = l + n;
             }
             _ => {
                 // An empty log: keep cursors increasing across restarts anyway.

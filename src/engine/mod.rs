@@ -364,6 +364,7 @@ impl Engine {
     fn commit(&mut self, mut txn: Txn) -> Result<(), StoreError> {
         let index = &self.index;
         let written = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
+        Self::log_events(&mut txn);
         let batch = std::mem::take(&mut txn.batch);
         if let Err(e) = self.store.commit(batch) {
             tracing::error!(error = %e, "commit failed; stopping the engine");

@@ -145,6 +145,58 @@ pub fn decode(cursor: u64, json: &[u8]) -> Option<(Event, DateTime<Utc>)> {
     ))
 }
 
+/// Log records hold the events of one commit, not one event each: sled pays several
+/// microseconds per key written (bench/RESULTS.md), which made three events per job cost
+/// more than the job's own writes. A record is keyed by the cursor of its first event and
+/// holds consecutive cursors: version byte, count (u32), then per event a length (u32) and
+/// the event's JSON.
+const CHUNK_VERSION: u8 = 1;
+/// Most events and bytes in one record, so a huge commit does not become one huge value.
+pub const CHUNK_MAX_EVENTS: usize = 1024;
+pub const CHUNK_MAX_BYTES: usize = 1 << 20;
+
+/// Encode consecutive events as one log record; returns how many of `events` it took.
+pub fn encode_chunk(events: &[Event]) -> (Vec<u8>, usize) {
+    let mut taken = 0;
+    let mut bytes = 0;
+    for e in events.iter().take(CHUNK_MAX_EVENTS) {
+        if taken > 0 && bytes + e.json.len() > CHUNK_MAX_BYTES {
+            break;
+        }
+        bytes += e.json.len() + 4;
+        taken += 1;
+    }
+    let mut v = Vec::with_capacity(5 + bytes);
+    v.push(CHUNK_VERSION);
+    v.extend_from_slice(&(taken as u32).to_be_bytes());
+    for e in &events[..taken] {
+        v.extend_from_slice(&(e.json.len() as u32).to_be_bytes());
+        v.extend_from_slice(&e.json);
+    }
+    (v, taken)
+}
+
+/// The events of one log record as (cursor, JSON), `first` being the record's key. A
+/// record written before chunking (a bare JSON object) is one event. `None` when corrupt.
+pub fn decode_chunk(first: u64, v: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    if v.first() == Some(&b'{') {
+        return Some(vec![(first, v)]);
+    }
+    if v.len() < 5 || v[0] != CHUNK_VERSION {
+        return None;
+    }
+    let count = u32::from_be_bytes(v[1..5].try_into().ok()?) as usize;
+    let mut out = Vec::with_capacity(count);
+    let mut at = 5;
+    for i in 0..count {
+        let len = u32::from_be_bytes(v.get(at..at + 4)?.try_into().ok()?) as usize;
+        at += 4;
+        out.push((first + i as u64, v.get(at..at + len)?));
+        at += len;
+    }
+    (at == v.len()).then_some(out)
+}
+
 pub fn cursor_key(cursor: u64) -> [u8; 8] {
     cursor.to_be_bytes()
 }
@@ -196,5 +248,52 @@ mod tests {
         assert_eq!(back.kind, "job.enqueued");
         assert_eq!(format_ts(time), format_ts(t));
         assert_eq!(key_cursor(&cursor_key(99)), Some(99));
+    }
+
+    fn event(cursor: u64, json: &str) -> Event {
+        Event {
+            cursor,
+            kind: "k".into(),
+            source: "s".into(),
+            queue: None,
+            job_type: None,
+            json: Bytes::from(json.to_string()),
+        }
+    }
+
+    #[test]
+    fn chunks_round_trip_and_split_at_their_limits() {
+        let events: Vec<Event> = (10..13)
+            .map(|c| event(c, &format!("{{\"n\":{c}}}")))
+            .collect();
+        let (rec, taken) = encode_chunk(&events);
+        assert_eq!(taken, 3);
+        let back = decode_chunk(10, &rec).unwrap();
+        assert_eq!(
+            back,
+            vec![
+                (10, &b"{\"n\":10}"[..]),
+                (11, b"{\"n\":11}"),
+                (12, b"{\"n\":12}")
+            ]
+        );
+        // Truncated or padded records are refused, not misread.
+        assert!(decode_chunk(10, &rec[..rec.len() - 1]).is_none());
+        let mut padded = rec.clone();
+        padded.push(0);
+        assert!(decode_chunk(10, &padded).is_none());
+        // A pre-chunk record is one event.
+        assert_eq!(decode_chunk(5, b"{}").unwrap(), vec![(5, &b"{}"[..])]);
+
+        let many: Vec<Event> = (0..CHUNK_MAX_EVENTS as u64 + 5)
+            .map(|c| event(c, "{}"))
+            .collect();
+        assert_eq!(encode_chunk(&many).1, CHUNK_MAX_EVENTS);
+        let big = "x".repeat(CHUNK_MAX_BYTES / 2);
+        let large: Vec<Event> = (0..3).map(|c| event(c, &big)).collect();
+        assert_eq!(encode_chunk(&large).1, 1);
+        // One event bigger than the limit still goes somewhere.
+        let huge = vec![event(0, &"y".repeat(CHUNK_MAX_BYTES + 1))];
+        assert_eq!(encode_chunk(&huge).1, 1);
     }
 }

@@ -108,6 +108,9 @@ pub trait Store: Send {
         from: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> StoreResult<()>;
+    /// The greatest key (without prefix) of a space that is <= `key`: where a read that
+    /// starts inside a record holding a range of positions must begin.
+    fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
     /// The first and last key (without prefix) of a space.
     fn bounds(&self, space: Space) -> StoreResult<Bounds>;
     /// Bytes the store occupies on disk.

@@ -124,6 +124,18 @@ impl Store for SledStore {
         Ok(())
     }
 
+    fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let start = space.prefix().to_vec();
+        let end = space.key(key);
+        let last = self
+            .db
+            .range(start..=end)
+            .next_back()
+            .transpose()
+            .map_err(err)?;
+        Ok(last.map(|(k, _)| k[2..].to_vec()))
+    }
+
     fn bounds(&self, space: Space) -> StoreResult<super::Bounds> {
         let mut it = self.db.scan_prefix(space.prefix());
         let first = it
@@ -184,6 +196,7 @@ mod tests {
             b.put(Space::Event, k, k.to_vec());
         }
         b.put(Space::Job, b"0", b"j".to_vec());
+        b.put(Space::Cron, b"0", b"c".to_vec()); // "c/" sorts just below "e/"
         s.commit(b).unwrap();
         let mut seen = vec![];
         s.scan_from(Space::Event, b"2", &mut |k, _| {
@@ -192,5 +205,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, vec![b"2".to_vec(), b"3".to_vec()]);
+        let floor = |k: &[u8]| s.floor_key(Space::Event, k).unwrap();
+        assert_eq!(floor(b"25"), Some(b"2".to_vec()));
+        assert_eq!(floor(b"3"), Some(b"3".to_vec()));
+        assert_eq!(floor(b"9"), Some(b"3".to_vec()));
+        assert_eq!(
+            floor(b"0"),
+            None,
+            "the cron record below the space is not returned"
+        );
     }
 }
