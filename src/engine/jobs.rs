@@ -99,7 +99,7 @@ impl Engine {
             }
             _ => {} // pending: announced by ACTIVATE
         }
-        txn.jobs.insert(id, Some(job));
+        txn.insert_job(id, job);
         self.stats.enqueued += 1;
     }
 
@@ -412,7 +412,7 @@ impl Engine {
                 self.workers.release(&w, uid);
             }
         }
-        txn.jobs.insert(uid, None);
+        txn.delete_job(uid);
         self.deleted(txn, uid);
     }
 

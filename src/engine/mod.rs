@@ -230,6 +230,8 @@ pub struct Engine {
     /// Engine-clock time of the batch being applied.
     now: DateTime<Utc>,
     rx: Receiver<Msg>,
+    /// Decoded recent jobs, lent to each batch's `Txn`.
+    cache: txn::JobCache,
     cron: cron::CronState,
     workflows: workflows::Workflows,
 }
@@ -264,6 +266,7 @@ pub fn start(
         last_prune: Instant::now(),
         now: Utc::now(),
         rx,
+        cache: Default::default(),
         cron: Default::default(),
         workflows: Default::default(),
     };
@@ -316,7 +319,7 @@ impl Engine {
                 }
             }
             self.now = self.clock.now();
-            let mut txn = Txn::default();
+            let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
             let mut reads = Vec::new();
             for msg in batch {
                 match msg {
@@ -376,15 +379,14 @@ impl Engine {
             }
             return Err(e);
         }
+        self.cache = std::mem::take(&mut txn.cache);
         for (to, out) in txn.out {
             let claimed = match &out {
                 Out::Claimed { ids, .. } => Some(ids.clone()),
                 _ => None,
             };
-            if to
-                .send(txn::resolve(out, &written, self.store.as_ref()))
-                .is_err()
-            {
+            let reply = txn::resolve(out, &written, &self.cache, self.store.as_ref());
+            if to.send(reply).is_err() {
                 // The connection went away before its FETCH was answered.
                 self.undelivered.extend(claimed.into_iter().flatten());
             }

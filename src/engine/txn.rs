@@ -3,11 +3,12 @@
 //! that may only be sent once the commit is durable.
 
 use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::parts::Parts;
 use crate::job::Job;
 use crate::protocol::Reply;
 use crate::store::{Batch, Space, Store};
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -23,26 +24,105 @@ pub enum Out {
     },
 }
 
+/// A job this batch touched, with its client-supplied part already encoded once known.
+struct Touched {
+    job: Job,
+    parts: Option<Parts>,
+}
+
 #[derive(Default)]
 pub struct Txn {
     /// `None` marks a deletion.
-    pub jobs: HashMap<Uuid, Option<Job>>,
+    jobs: HashMap<Uuid, Option<Touched>>,
+    /// The engine's decoded-job cache, lent to the batch: jobs are taken from it on first
+    /// touch and put back when the batch is sealed.
+    pub cache: JobCache,
     pub batch: Batch,
     pub out: Vec<(oneshot::Sender<Reply>, Out)>,
-    /// Events of this batch, in cursor order; their log records are already in `batch`.
+    /// Events of this batch, in cursor order; written to the log when the batch is sealed.
     pub events: Vec<crate::events::Event>,
+}
+
+/// Recently written, not yet finished jobs, decoded, with their encoded client part: a
+/// FETCH shortly after PUSH, or an ACK shortly after FETCH, neither reads nor decodes the
+/// stored record nor re-encodes the envelope. Bounded; the oldest insertions go first.
+pub struct JobCache {
+    map: HashMap<Uuid, (u64, Job, Parts)>,
+    /// Insertion order as (id, tick); an entry whose tick no longer matches is stale.
+    order: VecDeque<(Uuid, u64)>,
+    tick: u64,
+    cap: usize,
+}
+
+/// Jobs kept decoded: about 2 KiB each with ~300 bytes of args, so ~32 MiB at most.
+const CACHE_JOBS: usize = 16_384;
+
+impl Default for JobCache {
+    fn default() -> Self {
+        JobCache::with_capacity(CACHE_JOBS)
+    }
+}
+
+impl JobCache {
+    pub fn with_capacity(cap: usize) -> JobCache {
+        JobCache {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            tick: 0,
+            cap,
+        }
+    }
+
+    fn put(&mut self, id: Uuid, job: Job, parts: Parts) {
+        if self.cap == 0 {
+            return;
+        }
+        self.tick += 1;
+        self.map.insert(id, (self.tick, job, parts));
+        self.order.push_back((id, self.tick));
+        while self.map.len() > self.cap {
+            let Some((old, tick)) = self.order.pop_front() else {
+                break;
+            };
+            if self.map.get(&old).is_some_and(|e| e.0 == tick) {
+                self.map.remove(&old);
+            }
+        }
+        // Jobs taken and put back leave stale order entries; drop them now and then.
+        if self.order.len() > 4 * self.cap.max(1024) {
+            let map = &self.map;
+            self.order
+                .retain(|(id, tick)| map.get(id).is_some_and(|e| e.0 == *tick));
+        }
+    }
+
+    fn take(&mut self, id: Uuid) -> Option<(Job, Parts)> {
+        self.map.remove(&id).map(|(_, job, parts)| (job, parts))
+    }
+
+    fn get(&self, id: Uuid) -> Option<(&Job, &Parts)> {
+        self.map.get(&id).map(|(_, job, parts)| (job, parts))
+    }
+
+    fn remove(&mut self, id: Uuid) {
+        self.map.remove(&id);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
 }
 
 const RECORD_VERSION: u8 = 1;
 const HEADER: usize = 9;
 
 /// A stored job record: version byte, FIFO sequence, then the envelope JSON clients see.
-pub fn encode_record(seq: u64, job: &Job) -> Vec<u8> {
-    let mut v = Vec::with_capacity(512);
+pub fn encode_record(seq: u64, job: &Job, parts: &Parts) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1024);
     v.push(RECORD_VERSION);
     v.extend_from_slice(&seq.to_be_bytes());
-    // Serializing a Job cannot fail: every map key is a string.
-    let _ = serde_json::to_writer(&mut v, job);
+    parts.compose(job, &mut v);
     v
 }
 
@@ -70,26 +150,63 @@ pub fn read_job(store: &dyn Store, id: Uuid) -> OjsResult<Option<Job>> {
 }
 
 impl Txn {
+    /// A batch that may use (and will refill) the engine's cache.
+    pub fn with_cache(cache: JobCache) -> Txn {
+        Txn {
+            cache,
+            ..Txn::default()
+        }
+    }
+
     /// The job body for modification, loaded into this batch on first touch.
     pub fn job_mut(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&mut Job> {
         let slot = match self.jobs.entry(id) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
-                let job = read_job(store, id)?
-                    .ok_or_else(|| backend(format!("job {id} is indexed but not stored")))?;
-                v.insert(Some(job))
+                let touched = match self.cache.take(id) {
+                    Some((job, parts)) => Touched {
+                        job,
+                        parts: Some(parts),
+                    },
+                    None => Touched {
+                        job: read_job(store, id)?.ok_or_else(|| {
+                            backend(format!("job {id} is indexed but not stored"))
+                        })?,
+                        parts: None,
+                    },
+                };
+                v.insert(Some(touched))
             }
         };
         slot.as_mut()
+            .map(|t| &mut t.job)
             .ok_or_else(|| OjsError::new(ErrorCode::NotFound, format!("job {id} was deleted")))
     }
 
-    /// A read-only view: this batch's copy if it has one, else the store's.
+    /// A read-only view: this batch's copy if it has one, else the cache's or the store's.
     pub fn job(&self, store: &dyn Store, id: Uuid) -> OjsResult<Option<Job>> {
         match self.jobs.get(&id) {
-            Some(j) => Ok(j.clone()),
-            None => read_job(store, id),
+            Some(t) => Ok(t.as_ref().map(|t| t.job.clone())),
+            None => match self.cache.get(id) {
+                Some((job, _)) => Ok(Some(job.clone())),
+                None => read_job(store, id),
+            },
         }
+    }
+
+    /// The job as this batch left it, if the batch touched it and did not delete it.
+    pub fn touched(&self, id: Uuid) -> Option<&Job> {
+        self.jobs.get(&id).and_then(|t| t.as_ref()).map(|t| &t.job)
+    }
+
+    /// A job created by this batch.
+    pub fn insert_job(&mut self, id: Uuid, job: Job) {
+        self.jobs.insert(id, Some(Touched { job, parts: None }));
+    }
+
+    pub fn delete_job(&mut self, id: Uuid) {
+        self.jobs.insert(id, None);
+        self.cache.remove(id);
     }
 
     pub fn reply(&mut self, to: oneshot::Sender<Reply>, out: Out) {
@@ -97,7 +214,7 @@ impl Txn {
     }
 
     /// The current JSON of jobs in this batch: one object, or an array when `array`.
-    pub fn snapshot(&self, ids: &[Uuid], array: bool) -> Bytes {
+    pub fn snapshot(&mut self, ids: &[Uuid], array: bool) -> Bytes {
         let mut buf = Vec::with_capacity(ids.len() * 512 + 2);
         if array {
             buf.push(b'[');
@@ -106,8 +223,11 @@ impl Txn {
             if i > 0 {
                 buf.push(b',');
             }
-            if let Some(Some(job)) = self.jobs.get(id) {
-                let _ = serde_json::to_writer(&mut buf, job);
+            if let Some(Some(t)) = self.jobs.get_mut(id) {
+                let job = &t.job;
+                t.parts
+                    .get_or_insert_with(|| Parts::of(job))
+                    .compose(job, &mut buf);
             }
         }
         if array {
@@ -117,17 +237,26 @@ impl Txn {
     }
 
     /// Turn touched jobs into store writes; returns the JSON of each written job so replies
-    /// can reuse it instead of serializing again.
+    /// can reuse it instead of serializing again. Unfinished jobs go (back) to the cache.
     pub fn seal(&mut self, seq_of: impl Fn(Uuid) -> u64) -> HashMap<Uuid, Bytes> {
         let mut written = HashMap::with_capacity(self.jobs.len());
-        for (id, job) in self.jobs.drain() {
-            match job {
-                Some(job) => {
-                    let rec = encode_record(seq_of(id), &job);
+        for (id, touched) in self.jobs.drain() {
+            match touched {
+                Some(Touched { job, parts }) => {
+                    let parts = parts.unwrap_or_else(|| Parts::of(&job));
+                    let rec = encode_record(seq_of(id), &job, &parts);
                     written.insert(id, Bytes::copy_from_slice(&rec[HEADER..]));
                     self.batch.put(Space::Job, id.as_bytes(), rec);
+                    if job.state.is_terminal() {
+                        self.cache.remove(id);
+                    } else {
+                        self.cache.put(id, job, parts);
+                    }
                 }
-                None => self.batch.delete(Space::Job, id.as_bytes()),
+                None => {
+                    self.batch.delete(Space::Job, id.as_bytes());
+                    self.cache.remove(id);
+                }
             }
         }
         written
@@ -135,10 +264,20 @@ impl Txn {
 }
 
 /// Resolve the replies of a committed batch.
-pub fn resolve(out: Out, written: &HashMap<Uuid, Bytes>, store: &dyn Store) -> Reply {
+pub fn resolve(
+    out: Out,
+    written: &HashMap<Uuid, Bytes>,
+    cache: &JobCache,
+    store: &dyn Store,
+) -> Reply {
     let body = |id: &Uuid| -> OjsResult<Bytes> {
         if let Some(b) = written.get(id) {
             return Ok(b.clone());
+        }
+        if let Some((job, parts)) = cache.get(*id) {
+            let mut buf = Vec::new();
+            parts.compose(job, &mut buf);
+            return Ok(Bytes::from(buf));
         }
         let raw = store
             .get(Space::Job, id.as_bytes())
@@ -172,5 +311,66 @@ pub fn resolve(out: Out, written: &HashMap<Uuid, Bytes>, store: &dyn Store) -> R
             buf.push(b']');
             Reply::Bulk(Bytes::from(buf))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(n: u32) -> (Uuid, Job, Parts) {
+        let id = Uuid::now_v7();
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "specversion": "1.0.0-rc.1", "id": id.to_string(), "type": "t", "queue": "q",
+            "args": [n], "retry": crate::job::RetryPolicy::default(), "state": "available",
+            "attempt": 0, "created_at": "2026-01-01T00:00:00Z",
+        }))
+        .unwrap();
+        let parts = Parts::of(&job);
+        (id, job, parts)
+    }
+
+    #[test]
+    fn cache_keeps_the_newest_insertions_within_its_bound() {
+        let mut c = JobCache::with_capacity(3);
+        let jobs: Vec<_> = (0..5).map(job).collect();
+        for (id, j, p) in &jobs[..3] {
+            c.put(*id, j.clone(), p.clone());
+        }
+        // Taking and putting back the oldest makes it the newest.
+        let (j, p) = c.take(jobs[0].0).unwrap();
+        c.put(jobs[0].0, j, p);
+        c.put(jobs[3].0, jobs[3].1.clone(), jobs[3].2.clone());
+        assert_eq!(c.len(), 3);
+        assert!(
+            c.get(jobs[1].0).is_none(),
+            "the oldest insertion went first"
+        );
+        assert!(c.get(jobs[0].0).is_some());
+        c.put(jobs[4].0, jobs[4].1.clone(), jobs[4].2.clone());
+        assert!(c.get(jobs[2].0).is_none());
+        assert_eq!(
+            c.get(jobs[4].0).map(|(j, _)| j.args.clone()),
+            Some(vec![4.into()])
+        );
+        c.remove(jobs[4].0);
+        assert!(c.take(jobs[4].0).is_none());
+    }
+
+    #[test]
+    fn cache_order_does_not_grow_with_churn() {
+        let mut c = JobCache::with_capacity(2);
+        let (id, j, p) = job(0);
+        c.put(id, j, p);
+        for _ in 0..100_000 {
+            let (j, p) = c.take(id).unwrap();
+            c.put(id, j, p);
+        }
+        assert!(
+            c.order.len() <= 4 * 1024 + 1,
+            "order holds {}",
+            c.order.len()
+        );
+        assert_eq!(c.len(), 1);
     }
 }

@@ -300,7 +300,7 @@ impl Engine {
 
     /// The PUSH/PUSHB reply: the stored envelopes, with an existing job (plus
     /// `"deduplicated": true`, not stored) standing in for each ignored duplicate.
-    pub(super) fn pushed_reply(&self, txn: &Txn, pushed: &[Pushed], array: bool) -> Reply {
+    pub(super) fn pushed_reply(&self, txn: &mut Txn, pushed: &[Pushed], array: bool) -> Reply {
         if !pushed.iter().any(|p| p.deduplicated) {
             let ids: Vec<Uuid> = pushed.iter().map(|p| p.id).collect();
             return Reply::Bulk(txn.snapshot(&ids, array));

@@ -4,6 +4,7 @@
 //! not define are kept in `extra` and written back unchanged (§5.5 rule 4).
 
 pub mod duration;
+pub mod parts;
 pub mod retry;
 pub mod unique;
 pub mod validate;

@@ -316,11 +316,7 @@ impl Engine {
                         "occurrences are piling up behind a run that has not finished");
                 }
                 let mut data = e.event_data(scheduled);
-                let queue = txn
-                    .jobs
-                    .get(&id)
-                    .and_then(|j| j.as_ref())
-                    .map(|j| j.queue.clone());
+                let queue = txn.touched(id).map(|j| j.queue.clone());
                 data.insert("job_id".into(), json!(id.to_string()));
                 data.insert("queue".into(), json!(queue));
                 data.insert("run_count".into(), json!(e.run_count));
