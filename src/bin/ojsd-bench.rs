@@ -4,12 +4,15 @@
 //! `args` payload and reports end-to-end jobs/s, the push rate and pickup latency (the time
 //! from the producer sending a job to a worker receiving it from FETCH). Every job carries
 //! its sequence number; the run fails (exit 1) unless each was delivered and acked exactly
-//! once. Helpers for the other scenarios: `--fill N`, `--idle N`, `--probe-restart`.
+//! once. Helpers for the other scenarios: `--fill N`, `--idle N`, `--probe-restart`, and
+//! `--store-floor DIR` (the store alone, no server).
 
 #[path = "ojsd_bench/envelope.rs"]
 mod envelope;
 #[path = "ojsd_bench/extra.rs"]
 mod extra;
+#[path = "ojsd_bench/floor.rs"]
+mod floor;
 #[path = "ojsd_bench/load.rs"]
 mod load;
 #[path = "ojsd_bench/report.rs"]
@@ -94,6 +97,16 @@ struct Args {
     /// Start of the restart clock, unix nanoseconds (default: when the probe starts).
     #[arg(long)]
     since_ns: Option<u64>,
+    /// No server: write the engine's store pattern for --jobs jobs, --batch per commit, to
+    /// a new store at this path (removed afterwards) and report the rate the store allows.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["idle", "probe_restart", "fill"])]
+    store_floor: Option<std::path::PathBuf>,
+    /// Bytes of one stored job record for --store-floor (ojsd's are ~860 with ~300 bytes of args).
+    #[arg(long, default_value_t = 860)]
+    record_bytes: usize,
+    /// Bytes of one event for --store-floor.
+    #[arg(long, default_value_t = 350)]
+    event_bytes: usize,
 }
 
 fn main() {
@@ -109,6 +122,23 @@ fn main() {
         );
         emit(&args, "idle connections", &out);
         i32::from(out["failed"].as_u64() != Some(0))
+    } else if let Some(dir) = &args.store_floor {
+        let f = floor::Floor {
+            jobs: args.jobs,
+            batch: args.batch,
+            record_bytes: args.record_bytes,
+            event_bytes: args.event_bytes,
+        };
+        match floor::run(dir, &f) {
+            Ok(out) => {
+                emit(&args, "store floor", &out);
+                0
+            }
+            Err(e) => {
+                eprintln!("ojsd-bench: store floor failed: {e}");
+                1
+            }
+        }
     } else if args.probe_restart {
         let timeout = Duration::from_secs(args.timeout);
         match extra::probe_restart(&args.addr, &args.queue, args.expect, args.since_ns, timeout) {
