@@ -106,8 +106,10 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), String> {
+    let opening = std::time::Instant::now();
     let store = SledStore::open(&args.data_dir, args.cache_mb * 1024 * 1024)
         .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
+    tracing::info!(ms = opening.elapsed().as_millis() as u64, "store opened");
     let cfg = Config {
         limits: Limits {
             max_job_bytes: args.max_job_bytes,

@@ -160,6 +160,132 @@ fn order_pauses_and_schedules_survive_a_restart() {
     assert_eq!(id_of(&fetch_one(&mut w, "timed")), later_id);
 }
 
+/// Move the clock to 5 s before `due`; the caller checks, then advances past it.
+fn advance_to_just_before(c: &mut Client, due: chrono::DateTime<chrono::Utc>, what: &str) {
+    let wait = secs_between(server_now(c), due);
+    assert!(wait > 10.0, "{what} is already due ({wait} s)");
+    advance(c, wait - 5.0);
+}
+
+/// The index is rebuilt from the stored records at start: each state must come back with
+/// its timers (scheduled time, retry time, expiry, visibility timeout, retention of finished
+/// jobs and dead letters) firing when they would have without the restart.
+#[test]
+fn timers_survive_a_restart() {
+    let mut srv = Server::start_with(&[
+        "--retention",
+        "7200",
+        "--dead-retention",
+        "10800",
+        // Hours pass on the clock; the worker holding a job must not be declared dead.
+        "--heartbeat-timeout",
+        "86400",
+    ]);
+    let mut c = srv.client();
+    let mut w = srv.worker("w-timers");
+    // The test clock's offset does not survive a restart: nothing advances it before.
+    let now = server_now(&mut c);
+    let at = |mins: i64| json!(rfc3339(now + chrono::Duration::minutes(mins)));
+    let scheduled = push_id(
+        &mut c,
+        &test_job("tm-scheduled", json!({"scheduled_at": at(60)})),
+    );
+    let expiring = push_id(
+        &mut c,
+        &test_job("tm-expiring", json!({"expires_at": at(90)})),
+    );
+    let visible = push_id(&mut c, &test_job("tm-visible", json!({"timeout": 120})));
+    let retry = json!({"initial_interval": "PT30M", "max_interval": "PT1H", "jitter": false});
+    let retryable = push_id(&mut c, &test_job("tm-retryable", json!({"retry": retry})));
+    fetch_and_fail(&mut w, "tm-retryable", &retryable, 1, "transient");
+    let completed = push_id(&mut c, &test_job("tm-completed", json!({})));
+    fetch_one(&mut w, "tm-completed");
+    w.ack(&completed, None).unwrap();
+    let discarded = push_id(
+        &mut c,
+        &test_job("tm-dead", json!({"retry": {"max_attempts": 1}})),
+    );
+    fetch_and_fail(&mut w, "tm-dead", &discarded, 1, "fatal");
+    let ids = [
+        &scheduled, &expiring, &visible, &retryable, &completed, &discarded,
+    ];
+    let before: Vec<Value> = ids.iter().map(|id| c.job(id).unwrap()).collect();
+    let states: Vec<&str> = before
+        .iter()
+        .map(|j| j["state"].as_str().unwrap())
+        .collect();
+    let expected = [
+        "scheduled",
+        "available",
+        "available",
+        "retryable",
+        "completed",
+        "discarded",
+    ];
+    assert_eq!(states, expected, "setup");
+    drop((c, w));
+    assert_eq!(srv.stop(), Some(0));
+    srv.restart();
+
+    let mut c = srv.client();
+    let mut w = srv.worker("w-timers-2");
+    for (id, old) in ids.iter().zip(&before) {
+        assert_eq!(
+            &c.job(id).unwrap(),
+            old,
+            "job {id} changed across the restart"
+        );
+    }
+    assert_eq!(dead_ids(&mut c), vec![discarded.clone()]);
+    // The job's own visibility timeout (120 s), not the server's default.
+    let job = fetch_one(&mut w, "tm-visible");
+    assert_eq!(id_of(&job), visible);
+    advance(&mut c, 115.0);
+    assert_eq!(state_of(&mut c, &visible), "active");
+    advance(&mut c, 10.0);
+    assert_eq!(c.job(&visible).unwrap()["error"]["type"], "timeout");
+
+    advance_to_just_before(&mut c, ts(&before[3]["next_retry_at"]), "the retry");
+    assert_eq!(state_of(&mut c, &retryable), "retryable");
+    advance(&mut c, 10.0);
+    assert_eq!(state_of(&mut c, &retryable), "available");
+
+    advance_to_just_before(&mut c, ts(&before[0]["scheduled_at"]), "the scheduled time");
+    assert_eq!(state_of(&mut c, &scheduled), "scheduled");
+    advance(&mut c, 10.0);
+    assert_eq!(id_of(&fetch_one(&mut w, "tm-scheduled")), scheduled);
+
+    advance_to_just_before(&mut c, ts(&before[1]["expires_at"]), "the expiry");
+    assert_eq!(state_of(&mut c, &expiring), "available");
+    advance(&mut c, 10.0);
+    let job = c.job(&expiring).unwrap();
+    assert_eq!(
+        (&job["state"], &job["error"]["type"]),
+        (&json!("discarded"), &json!("expired"))
+    );
+
+    let retention = chrono::Duration::hours(2);
+    advance_to_just_before(
+        &mut c,
+        ts(&before[4]["completed_at"]) + retention,
+        "the retention",
+    );
+    assert_eq!(state_of(&mut c, &completed), "completed");
+    advance(&mut c, 10.0);
+    assert_eq!(err_code(&mut c, &format!("JOB {completed}")), "NOT_FOUND");
+
+    let dead_retention = chrono::Duration::hours(3);
+    advance_to_just_before(
+        &mut c,
+        ts(&before[5]["discarded_at"]) + dead_retention,
+        "the dead retention",
+    );
+    assert!(dead_ids(&mut c).contains(&discarded));
+    advance(&mut c, 10.0);
+    assert_eq!(err_code(&mut c, &format!("JOB {discarded}")), "NOT_FOUND");
+    assert_eq!(dead_ids(&mut c), vec![expiring.clone()]);
+}
+
 // ---------------------------------------------------------------------------------------
 // Load: producers and workers hammering a server that is about to go away.
 // ---------------------------------------------------------------------------------------

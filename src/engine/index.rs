@@ -89,6 +89,8 @@ pub struct Index {
     /// Uniqueness keys of the jobs that carry a `unique` policy (ojs-unique-jobs).
     pub unique: super::unique::UniqueIndex,
     pub next_seq: u64,
+    /// The job count last written to the store for the next start (`note_job_count`).
+    pub jobs_noted: usize,
 }
 
 impl Index {

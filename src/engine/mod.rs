@@ -348,6 +348,9 @@ impl Engine {
             if self.last_prune.elapsed() >= Duration::from_secs(1) {
                 self.last_prune = Instant::now();
                 self.prune_events(&mut txn);
+                self.note_job_count(&mut txn);
+            } else if stopping {
+                self.note_job_count(&mut txn);
             }
             self.commit(txn)?;
             // Reads run once the batch is in the log, so a new live feed starts exactly

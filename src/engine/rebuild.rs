@@ -1,15 +1,22 @@
 //! Start-up: rebuild the in-memory index from the store. Jobs that were `active` when the
 //! process stopped go back to `available` (their worker's connection is gone with it).
+//!
+//! The job records are read by a few scanner threads, each over its own range of ids, that
+//! decode them into index entries; the engine thread alone builds the index from what they
+//! send. Reading the store is most of the work, and sled serves readers in parallel.
 
-use super::index::{Entry, TimerKind};
-use super::txn::{decode_record, Txn};
+use super::index::{Entry, QueueId, TimerKind};
+use super::txn::{decode_record, IndexHeader, Txn};
 use super::Engine;
+use crate::job::unique::UniqueKey;
 use crate::job::{parse_ts, State};
-use crate::store::{Space, StoreError};
+use crate::store::{Space, Store, StoreError};
 use serde::Deserialize;
+use std::collections::HashMap;
 use uuid::Uuid;
 
-/// The fields of a stored envelope the index needs; the rest is skipped unparsed.
+/// The fields of a version 1 record's envelope the index needs; the rest is skipped
+/// unparsed. Version 2 records carry them in a binary header instead.
 #[derive(Deserialize)]
 struct View {
     state: State,
@@ -41,78 +48,316 @@ fn ms(s: &Option<String>) -> Option<i64> {
         .map(|t| t.timestamp_millis())
 }
 
-impl Engine {
-    pub(super) fn rebuild(&mut self) -> Result<(), StoreError> {
-        let started = std::time::Instant::now();
-        let now_ms = self.clock.now().timestamp_millis();
-        let retention = self.cfg.retention.as_millis() as i64;
-        let default_timeout = self.cfg.default_timeout_secs;
-        let mut interrupted = Vec::new();
-        let mut bad = 0usize;
-        let mut max_seq = 0u64;
-        let mut unique = Vec::new();
-        let index = &mut self.index;
-        self.store.scan(Space::Job, &mut |key, value| {
-            let (Ok(id), Some((seq, json))) = (Uuid::from_slice(key), decode_record(value)) else {
-                bad += 1;
-                return true;
-            };
-            let Ok(v) = serde_json::from_slice::<View>(json) else {
-                bad += 1;
-                return true;
-            };
-            max_seq = max_seq.max(seq);
-            let mut state = v.state;
-            if state == State::Active {
-                interrupted.push(id);
-                state = State::Available;
-            }
-            let timer = match state {
-                State::Scheduled => ms(&v.scheduled_at).map(|t| (t, TimerKind::Promote)),
-                State::Retryable => ms(&v.next_retry_at).map(|t| (t, TimerKind::Promote)),
-                State::Completed => ms(&v.completed_at).map(|t| (t + retention, TimerKind::Prune)),
-                State::Cancelled => ms(&v.cancelled_at).map(|t| (t + retention, TimerKind::Prune)),
-                // Dead letters are pruned by `prune_dead`, not by a timer.
-                _ => None,
-            };
-            // A scheduled or retryable job must always have its timer; promote at once if not.
-            let timer = match (state, timer) {
-                (State::Scheduled | State::Retryable, None) => Some((now_ms, TimerKind::Promote)),
-                (_, t) => t,
-            };
-            if state == State::Discarded {
-                index.add_dead(ms(&v.discarded_at).unwrap_or(now_ms), id);
-            }
-            if v.unique.is_some() {
-                let job = serde_json::from_slice::<crate::job::Job>(json).ok();
-                match job.as_ref().and_then(super::unique::policy_of) {
-                    Some((_, key)) => {
-                        let created = job.map_or(now_ms, |j| j.created_at.timestamp_millis());
-                        unique.push((id, key, created));
-                    }
-                    None => {
-                        tracing::warn!(job = %id, "stored unique policy unreadable; not indexed")
-                    }
+impl View {
+    fn header(&self) -> IndexHeader<'_> {
+        IndexHeader {
+            state: self.state,
+            unique: self.unique.is_some(),
+            priority: self.priority,
+            timeout: self.timeout.filter(|t| *t > 0),
+            scheduled_at: ms(&self.scheduled_at),
+            next_retry_at: ms(&self.next_retry_at),
+            completed_at: ms(&self.completed_at),
+            cancelled_at: ms(&self.cancelled_at),
+            discarded_at: ms(&self.discarded_at),
+            expires_at: ms(&self.expires_at),
+            queue: &self.queue,
+        }
+    }
+}
+
+/// Records a scanner decodes before handing them to the engine thread.
+const CHUNK: usize = 1024;
+/// Scanner threads at most (each holds one sled iterator).
+const MAX_SCANNERS: usize = 4;
+
+/// One job as the index will hold it.
+struct Found {
+    id: Uuid,
+    /// `queue` is the scanner's own number for the queue until the engine maps it.
+    entry: Entry,
+    /// When a discarded job was discarded (for the dead-letter set).
+    dead_at: Option<i64>,
+}
+
+/// What a scanner found in a run of records.
+#[derive(Default)]
+struct Chunk {
+    /// Queues this scanner met for the first time, in the order it numbered them.
+    new_queues: Vec<String>,
+    jobs: Vec<Found>,
+    unique: Vec<(Uuid, UniqueKey, i64)>,
+    interrupted: Vec<Uuid>,
+    bad: usize,
+    old_format: usize,
+    max_seq: u64,
+}
+
+/// Decodes job records into index entries, on a scanner thread.
+struct Scanner {
+    now_ms: i64,
+    retention_ms: i64,
+    default_timeout_secs: u64,
+    /// This scanner's numbers for the queues it met.
+    numbers: HashMap<String, QueueId>,
+}
+
+impl Scanner {
+    fn queue(&mut self, name: &str, chunk: &mut Chunk) -> QueueId {
+        if let Some(n) = self.numbers.get(name) {
+            return *n;
+        }
+        let n = self.numbers.len() as QueueId;
+        self.numbers.insert(name.to_string(), n);
+        chunk.new_queues.push(name.to_string());
+        n
+    }
+
+    fn add(&mut self, chunk: &mut Chunk, key: &[u8], value: &[u8]) {
+        let (Ok(id), Some(record)) = (Uuid::from_slice(key), decode_record(value)) else {
+            chunk.bad += 1;
+            return;
+        };
+        let view: View;
+        let h = match record.header {
+            Some(h) => h,
+            None => match serde_json::from_slice::<View>(record.body) {
+                Ok(v) => {
+                    chunk.old_format += 1;
+                    view = v;
+                    view.header()
+                }
+                Err(_) => {
+                    chunk.bad += 1;
+                    return;
+                }
+            },
+        };
+        let now_ms = self.now_ms;
+        chunk.max_seq = chunk.max_seq.max(record.seq);
+        let mut state = h.state;
+        if state == State::Active {
+            chunk.interrupted.push(id);
+            state = State::Available;
+        }
+        let retention = self.retention_ms;
+        let timer = match state {
+            State::Scheduled => h.scheduled_at.map(|t| (t, TimerKind::Promote)),
+            State::Retryable => h.next_retry_at.map(|t| (t, TimerKind::Promote)),
+            State::Completed => h
+                .completed_at
+                .map(|t| (t.saturating_add(retention), TimerKind::Prune)),
+            State::Cancelled => h
+                .cancelled_at
+                .map(|t| (t.saturating_add(retention), TimerKind::Prune)),
+            // Dead letters are pruned by `prune_dead`, not by a timer.
+            _ => None,
+        };
+        // A scheduled or retryable job must always have its timer; promote at once if not.
+        let timer = match (state, timer) {
+            (State::Scheduled | State::Retryable, None) => Some((now_ms, TimerKind::Promote)),
+            (_, t) => t,
+        };
+        let dead_at = (state == State::Discarded).then(|| h.discarded_at.unwrap_or(now_ms));
+        if h.unique {
+            let job = serde_json::from_slice::<crate::job::Job>(record.body).ok();
+            match job.as_ref().and_then(super::unique::policy_of) {
+                Some((_, key)) => {
+                    let created = job.map_or(now_ms, |j| j.created_at.timestamp_millis());
+                    chunk.unique.push((id, key, created));
+                }
+                None => {
+                    tracing::warn!(job = %id, "stored unique policy unreadable; not indexed")
                 }
             }
-            let queue = index.queue_id(&v.queue);
-            index.insert(
-                id,
-                Entry {
-                    state,
-                    queue,
-                    priority: v.priority,
-                    seq,
-                    timer,
-                    expires: ms(&v.expires_at),
-                    worker: None,
-                    timeout_ms: (v.timeout.filter(|t| *t > 0).unwrap_or(default_timeout) as i64)
-                        .saturating_mul(1000),
-                },
-            );
-            true
+        }
+        let queue = self.queue(h.queue, chunk);
+        let timeout = h.timeout.unwrap_or(self.default_timeout_secs);
+        let timeout = i64::try_from(timeout).unwrap_or(i64::MAX);
+        chunk.jobs.push(Found {
+            id,
+            dead_at,
+            entry: Entry {
+                state,
+                queue,
+                priority: h.priority,
+                seq: record.seq,
+                timer,
+                expires: h.expires_at,
+                worker: None,
+                timeout_ms: timeout.saturating_mul(1000),
+            },
+        });
+    }
+
+    /// Scan job records with keys in `from..to` (to the end without `to`), sending them to
+    /// the engine thread in chunks tagged with `part`.
+    fn run(
+        mut self,
+        store: &dyn Store,
+        part: usize,
+        (from, to): (Vec<u8>, Option<Vec<u8>>),
+        tx: crossbeam_channel::Sender<(usize, Chunk)>,
+    ) -> Result<(), StoreError> {
+        let mut chunk = Chunk::default();
+        let mut open = true;
+        store.scan_from(Space::Job, &from, &mut |key, value| {
+            if to.as_deref().is_some_and(|to| key >= to) {
+                return false;
+            }
+            self.add(&mut chunk, key, value);
+            if chunk.jobs.len() + chunk.bad >= CHUNK {
+                // The engine thread only stops listening if it is gone; stop reading too.
+                open = tx.send((part, std::mem::take(&mut chunk))).is_ok();
+            }
+            open
         })?;
+        let _ = tx.send((part, chunk));
+        Ok(())
+    }
+}
+
+/// Key ranges for `n` scanners: the span from the first to the last job id cut into equal
+/// parts. Every key falls in exactly one range whatever the ids are; the work is only
+/// shared evenly when the ids are spread over their span (UUIDv7s are, over time).
+fn key_ranges(
+    first: Option<&[u8]>,
+    last: Option<&[u8]>,
+    n: usize,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let as_u128 = |k: Option<&[u8]>| {
+        k.and_then(|k| <[u8; 16]>::try_from(k).ok())
+            .map(u128::from_be_bytes)
+    };
+    let (Some(first), Some(last)) = (as_u128(first), as_u128(last)) else {
+        return vec![(Vec::new(), None)];
+    };
+    let step = (last.saturating_sub(first) / n.max(1) as u128).max(1);
+    let mut cuts: Vec<u128> = (1..n as u128)
+        .map(|i| first.saturating_add(step.saturating_mul(i)))
+        .filter(|c| *c <= last)
+        .collect();
+    cuts.dedup();
+    let mut ranges = Vec::with_capacity(cuts.len() + 1);
+    let mut from = Vec::new();
+    for cut in cuts {
+        let to = cut.to_be_bytes().to_vec();
+        ranges.push((from, Some(to.clone())));
+        from = to;
+    }
+    ranges.push((from, None));
+    ranges
+}
+
+/// `m/job_count`: about how many jobs the store holds (u64, big-endian), so a start can
+/// size the index before the scan instead of growing it a million times over.
+const JOB_COUNT: &[u8] = b"job_count";
+
+/// A stored record is larger than this, so a count hint above size/this is garbage.
+const MIN_RECORD_BYTES: u64 = 128;
+
+impl Engine {
+    /// Write the job count hint if it changed; called about once a second and at stop.
+    pub(super) fn note_job_count(&mut self, txn: &mut Txn) {
+        let n = self.index.jobs.len();
+        if n != self.index.jobs_noted {
+            self.index.jobs_noted = n;
+            txn.batch
+                .put(Space::Meta, JOB_COUNT, (n as u64).to_be_bytes().to_vec());
+        }
+    }
+
+    /// The job count hint, bounded by what the store's size allows.
+    fn job_count_hint(&self) -> Result<usize, StoreError> {
+        let Some(raw) = self.store.get(Space::Meta, JOB_COUNT)? else {
+            return Ok(0);
+        };
+        let Ok(bytes) = <[u8; 8]>::try_from(raw.as_slice()) else {
+            return Ok(0);
+        };
+        let most = self.store.size_on_disk()? / MIN_RECORD_BYTES;
+        Ok(u64::from_be_bytes(bytes).min(most) as usize)
+    }
+
+    pub(super) fn rebuild(&mut self) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let hint = self.job_count_hint()?;
+        self.index.jobs.reserve(hint);
+        let now_ms = self.clock.now().timestamp_millis();
+        let scanner = || Scanner {
+            now_ms,
+            retention_ms: self.cfg.retention.as_millis() as i64,
+            default_timeout_secs: self.cfg.default_timeout_secs,
+            numbers: HashMap::new(),
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_SCANNERS);
+        let (first, last) = self.store.bounds(Space::Job)?;
+        let ranges = key_ranges(first.as_deref(), last.as_deref(), threads);
+        let parts = ranges.len();
+        let mut interrupted = Vec::new();
+        let mut unique = Vec::new();
+        let (mut bad, mut old_format, mut max_seq) = (0usize, 0usize, 0u64);
+        let store: &dyn Store = self.store.as_ref();
+        let index = &mut self.index;
+        std::thread::scope(|s| -> Result<(), StoreError> {
+            let (tx, rx) = crossbeam_channel::bounded::<(usize, Chunk)>(2 * parts);
+            let mut handles = Vec::with_capacity(parts);
+            for (part, range) in ranges.into_iter().enumerate() {
+                let (scanner, tx) = (scanner(), tx.clone());
+                let thread = std::thread::Builder::new()
+                    .name("ojsd-rebuild".into())
+                    .spawn_scoped(s, move || scanner.run(store, part, range, tx))
+                    .map_err(StoreError::from)?;
+                handles.push(thread);
+            }
+            drop(tx);
+            // Each scanner's own numbers for queues, mapped to the index's.
+            let mut queue_ids: Vec<Vec<QueueId>> = vec![Vec::new(); parts];
+            for (part, chunk) in rx {
+                let map = &mut queue_ids[part];
+                map.extend(chunk.new_queues.iter().map(|name| index.queue_id(name)));
+                for Found {
+                    id,
+                    mut entry,
+                    dead_at,
+                } in chunk.jobs
+                {
+                    let Some(queue) = map.get(entry.queue as usize) else {
+                        bad += 1;
+                        continue;
+                    };
+                    entry.queue = *queue;
+                    if let Some(at) = dead_at {
+                        index.add_dead(at, id);
+                    }
+                    index.insert(id, entry);
+                }
+                interrupted.extend(chunk.interrupted);
+                unique.extend(chunk.unique);
+                bad += chunk.bad;
+                old_format += chunk.old_format;
+                max_seq = max_seq.max(chunk.max_seq);
+            }
+            for thread in handles {
+                thread
+                    .join()
+                    .map_err(|_| StoreError("a rebuild thread panicked".into()))??;
+            }
+            Ok(())
+        })?;
+        tracing::info!(
+            records = self.index.jobs.len() + bad,
+            old_format,
+            threads = parts,
+            ms = started.elapsed().as_millis() as u64,
+            "job records scanned"
+        );
         self.index.next_seq = max_seq + 1;
+        self.index.jobs_noted = hint;
+        // Key order, as a single scan would have found them (holders are kept oldest first).
+        unique.sort_unstable_by_key(|(id, _, _)| *id);
         self.index_unique(unique);
         let mut paused = Vec::new();
         self.store.scan(Space::Meta, &mut |key, _| {
@@ -155,5 +400,205 @@ impl Engine {
             "index rebuilt from the store"
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::parts::Parts;
+    use crate::job::Job;
+    use crate::protocol::{parse_command, Reply};
+    use crate::store::{Batch, SledStore, Store};
+    use serde_json::{json, Value};
+
+    fn job(state: &str, queue: &str, extra: Value) -> Job {
+        let mut v = json!({
+            "specversion": "1.0.0-rc.1", "id": Uuid::now_v7().to_string(), "type": "t",
+            "queue": queue, "args": [1], "retry": crate::job::RetryPolicy::default(),
+            "state": state, "attempt": 1, "created_at": "2026-01-01T00:00:00Z",
+        });
+        if let (Some(m), Value::Object(x)) = (v.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn jobs() -> Vec<Job> {
+        // Far ahead, so no timer fires while the test looks.
+        let t = "2099-03-01T10:00:00.123456Z";
+        vec![
+            job("available", "a", json!({"priority": 7, "timeout": 30})),
+            job(
+                "available",
+                "a",
+                json!({"expires_at": "2099-03-01T12:00:00+01:00"}),
+            ),
+            job("scheduled", "b", json!({"scheduled_at": t})),
+            job("pending", "b", json!({"unique": {"keys": ["type"]}})),
+            job(
+                "active",
+                "c",
+                json!({"started_at": t, "worker_id": "w", "timeout": 0}),
+            ),
+            job("retryable", "c", json!({"next_retry_at": t})),
+            job("completed", "d", json!({"completed_at": t})),
+            job("cancelled", "d", json!({"cancelled_at": t})),
+            job("discarded", "e", json!({"discarded_at": t, "priority": -3})),
+        ]
+    }
+
+    fn v1_record(seq: u64, job: &Job) -> Vec<u8> {
+        let mut v = vec![1u8];
+        v.extend_from_slice(&seq.to_be_bytes());
+        v.extend(serde_json::to_vec(job).unwrap());
+        v
+    }
+
+    #[test]
+    fn both_record_versions_give_the_same_index_fields() {
+        for (seq, j) in jobs().iter().enumerate() {
+            let view: View = serde_json::from_slice(&serde_json::to_vec(j).unwrap()).unwrap();
+            assert_eq!(view.header(), IndexHeader::of(j), "{}", j.state.as_str());
+            let (rec, _) = super::super::txn::encode_record(seq as u64, j, &Parts::of(j));
+            assert_eq!(
+                decode_record(&rec).and_then(|r| r.header),
+                Some(view.header())
+            );
+        }
+    }
+
+    fn call(handle: &super::super::EngineHandle, line: &str) -> Option<Value> {
+        let cmd = parse_command(line.as_bytes()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        match rt.block_on(handle.call(None, cmd)) {
+            Reply::Bulk(b) => Some(serde_json::from_slice(&b).unwrap()),
+            Reply::Null => None,
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn start_reads_old_and_new_records_and_skips_bad_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = jobs();
+        let mut store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        let mut batch = Batch::default();
+        for (n, j) in jobs.iter().enumerate() {
+            let id = Uuid::parse_str(&j.id).unwrap();
+            let seq = 100 + n as u64;
+            let rec = match n % 2 {
+                0 => v1_record(seq, j),
+                _ => super::super::txn::encode_record(seq, j, &Parts::of(j)).0,
+            };
+            batch.put(Space::Job, id.as_bytes(), rec);
+        }
+        let (mut truncated, _) =
+            super::super::txn::encode_record(1, &jobs[0], &Parts::of(&jobs[0]));
+        truncated.pop();
+        batch.put(Space::Job, Uuid::now_v7().as_bytes(), truncated);
+        batch.put(
+            Space::Job,
+            Uuid::now_v7().as_bytes(),
+            b"\x02garbage".to_vec(),
+        );
+        batch.put(Space::Job, b"not a uuid", v1_record(1, &jobs[0]));
+        store.commit(batch).unwrap();
+
+        let cfg = super::super::Config {
+            fetch_wait: std::time::Duration::from_millis(10),
+            ..Default::default()
+        };
+        let (handle, thread) = super::super::start(Box::new(store), cfg).unwrap();
+        let info = call(&handle, "INFO").unwrap();
+        assert_eq!(info["totals"]["jobs"], jobs.len());
+        assert_eq!(info["totals"]["dead"], 1);
+        assert_eq!(info["totals"]["unique_keys"], 1);
+        let count = |q: &str, s: &str| info["queues"][q][s].as_u64().unwrap();
+        assert_eq!((count("a", "available"), count("b", "scheduled")), (2, 1));
+        assert_eq!((count("b", "pending"), count("c", "available")), (1, 1));
+        assert_eq!((count("c", "retryable"), count("d", "completed")), (1, 1));
+        assert_eq!((count("d", "cancelled"), count("e", "discarded")), (1, 1));
+        for j in jobs.iter().filter(|j| j.state != State::Active) {
+            let got = call(&handle, &format!("JOB {}", j.id)).unwrap();
+            assert_eq!(
+                got,
+                serde_json::to_value(j).unwrap(),
+                "{}",
+                j.state.as_str()
+            );
+        }
+        // Priority first.
+        let fetched = call(&handle, "FETCH a").unwrap();
+        assert_eq!(fetched["id"], jobs[0].id.as_str());
+        let fetched = call(&handle, "FETCH c").unwrap();
+        assert_eq!(
+            fetched["id"],
+            jobs[4].id.as_str(),
+            "the interrupted job is requeued"
+        );
+        assert_eq!(call(&handle, "FETCH b"), None);
+        handle.shutdown();
+        thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn key_ranges_cover_every_key_once() {
+        let k = |n: u128| n.to_be_bytes().to_vec();
+        for (first, last, n) in [
+            (0, u128::MAX, 4),
+            (5, 5, 4),
+            (10, 13, 8),
+            (1000, 1_000_000, 3),
+            (7, 9, 1),
+        ] {
+            let r = key_ranges(Some(&k(first)), Some(&k(last)), n);
+            assert!(!r.is_empty() && r.len() <= n, "{first}..{last}/{n}: {r:?}");
+            assert_eq!((r[0].0.as_slice(), &r[r.len() - 1].1), (&[][..], &None));
+            for w in r.windows(2) {
+                assert_eq!(w[0].1.as_ref(), Some(&w[1].0), "ranges meet");
+                assert!(w[0].0 < w[1].0, "ranges are in order");
+            }
+        }
+        assert_eq!(key_ranges(Some(&k(0)), Some(&k(u128::MAX)), 4).len(), 4);
+        assert_eq!(
+            key_ranges(Some(b"odd"), Some(&k(9)), 4),
+            vec![(vec![], None)]
+        );
+        assert_eq!(key_ranges(None, None, 4), vec![(vec![], None)]);
+    }
+
+    #[test]
+    fn start_indexes_many_records_over_several_scanners() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        let mut batch = Batch::default();
+        let queues = ["q0", "q1", "q2", "q3", "q4", "q5", "q6"];
+        let total = 5 * CHUNK + 17;
+        let mut ids = Vec::new();
+        for n in 0..total {
+            // Random ids spread over the whole key space, so every range gets some.
+            let mut j = job("available", queues[n % queues.len()], json!({}));
+            let id = Uuid::from_u128(rand::random());
+            j.id = id.to_string();
+            ids.push(j.id.clone());
+            let (rec, _) = super::super::txn::encode_record(n as u64, &j, &Parts::of(&j));
+            batch.put(Space::Job, id.as_bytes(), rec);
+        }
+        store.commit(batch).unwrap();
+        let (handle, thread) = super::super::start(Box::new(store), Default::default()).unwrap();
+        let info = call(&handle, "INFO").unwrap();
+        assert_eq!(info["totals"]["jobs"], total);
+        for (i, q) in queues.iter().enumerate() {
+            let expected = (0..total).filter(|n| n % queues.len() == i).count();
+            assert_eq!(info["queues"][q]["available"], expected, "{q}");
+        }
+        // FIFO across the scanners' parts: the lowest seq first.
+        assert_eq!(call(&handle, "FETCH q3").unwrap()["id"], ids[3].as_str());
+        assert_eq!(call(&handle, "FETCH q3").unwrap()["id"], ids[10].as_str());
+        handle.shutdown();
+        thread.join().unwrap().unwrap();
     }
 }

@@ -94,7 +94,8 @@ impl Batch {
     }
 }
 
-pub trait Store: Send {
+/// `Sync` because the index rebuild at start reads the store from several threads at once.
+pub trait Store: Send + Sync {
     /// Apply every op atomically and make it durable before returning.
     fn commit(&mut self, batch: Batch) -> StoreResult<()>;
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
