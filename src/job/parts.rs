@@ -79,9 +79,9 @@ fn no_values(v: &&[Value]) -> bool {
 /// The JSON of an object without its closing brace (and, with `open`, its opening one).
 fn object_body<T: Serialize>(value: &T, open: bool) -> Vec<u8> {
     // Serializing these views cannot fail: every map key is a string.
-    let mut v = serde_json::to_vec(value).unwrap_or_default();
+    let mut v = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
     v.pop(); // '}'
-    if !open {
+    if !open && !v.is_empty() {
         v.remove(0); // '{'
     }
     v
@@ -136,10 +136,11 @@ impl Parts {
         out.extend_from_slice(&self.core);
         out.push(b',');
         let start = out.len();
-        let _ = serde_json::to_writer(&mut *out, &system);
         // Drop the system object's own braces: its members join the envelope's.
-        out.remove(start);
-        out.pop();
+        if serde_json::to_writer(&mut *out, &system).is_ok() && out.len() > start + 1 {
+            out.remove(start);
+            out.pop();
+        }
         out.extend_from_slice(&self.extra);
         out.push(b'}');
         debug_assert!(
