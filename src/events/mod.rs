@@ -186,7 +186,8 @@ pub fn decode_chunk(first: u64, v: &[u8]) -> Option<Vec<(u64, &[u8])>> {
         return None;
     }
     let count = u32::from_be_bytes(v[1..5].try_into().ok()?) as usize;
-    let mut out = Vec::with_capacity(count);
+    // The count comes from disk: reserve only what the record's bytes can hold.
+    let mut out = Vec::with_capacity(count.min((v.len() - 5) / 4));
     let mut at = 5;
     for i in 0..count {
         let len = u32::from_be_bytes(v.get(at..at + 4)?.try_into().ok()?) as usize;
@@ -282,6 +283,9 @@ mod tests {
         let mut padded = rec.clone();
         padded.push(0);
         assert!(decode_chunk(10, &padded).is_none());
+        // A corrupt count cannot make the reader reserve memory the record cannot fill
+        // (found by fuzz/fuzz_targets/event_log.rs: this input aborted on allocation).
+        assert!(decode_chunk(10, &[1, 0xfd, 0xfd, 0xfd, 0xfd, 0xfd]).is_none());
         // A pre-chunk record is one event.
         assert_eq!(decode_chunk(5, b"{}").unwrap(), vec![(5, &b"{}"[..])]);
 
