@@ -91,14 +91,19 @@ impl Engine {
         if let Some((completed, started)) = self.workers.disconnect(&wid) {
             let data = json!({"worker_id": &*wid, "reason": "shutdown", "jobs_completed": completed,
                 "uptime_ms": (self.now_ms() - started).max(0)});
-            self.emit_plain(
-                txn,
-                "worker.stopped",
-                Component::Worker(Some(&wid)),
-                &wid,
-                data,
-            );
+            self.worker_stopped(txn, &wid, data);
         }
+    }
+
+    /// `worker.stopped` (ojs-events §3), from the worker itself.
+    pub(super) fn worker_stopped(&mut self, txn: &mut Txn, wid: &str, data: Value) {
+        self.emit_plain(
+            txn,
+            "worker.stopped",
+            Component::Worker(Some(wid)),
+            wid,
+            data,
+        );
     }
 
     pub(super) fn direct_worker(

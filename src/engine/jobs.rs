@@ -616,13 +616,7 @@ impl Engine {
         for (wid, held, connected) in self.workers.reap(cutoff) {
             if connected {
                 let data = json!({"worker_id": &*wid, "reason": "error"});
-                self.emit_plain(
-                    txn,
-                    "worker.stopped",
-                    Component::Worker(Some(&wid)),
-                    &wid,
-                    data,
-                );
+                self.worker_stopped(txn, &wid, data);
             }
             tracing::warn!(worker = %wid, jobs = held.len(), "worker missed its heartbeats; requeueing its jobs");
             for uid in held {
