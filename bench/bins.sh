@@ -10,3 +10,22 @@ else
     OJSD=$TARGET/release/ojsd
     BENCH=$TARGET/release/ojsd-bench
 fi
+
+# start_server DATA_DIR [LISTEN] [LOG_LEVEL]: start $OJSD, its stdout in $TMP/ojsd.out and
+# stderr appended to $TMP/ojsd.err; sets SERVER_PID and ADDR once it listens.
+start_server() {
+    local dir=$1 listen=${2:-127.0.0.1:0} level=${3:-warn}
+    : >"$TMP/ojsd.out"
+    "$OJSD" --listen "$listen" --data-dir "$dir" --log-level "$level" \
+        >"$TMP/ojsd.out" 2>>"$TMP/ojsd.err" &
+    SERVER_PID=$!
+    for _ in $(seq 1 600); do
+        ADDR=$(sed -n 's/^ojsd listening on //p' "$TMP/ojsd.out")
+        [ -n "$ADDR" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "ojsd did not start; its log:" >&2
+    tail -20 "$TMP/ojsd.err" >&2
+    exit 1
+}

@@ -69,17 +69,10 @@ RESULTS=$TMP/results.tsv
 
 run_ojsd() {
     echo "== ojsd: $JOBS jobs, P=$PRODUCERS C=$WORKERS, one at a time, fsync per commit" >&2
-    "$OJSD" --listen 127.0.0.1:0 --data-dir "$TMP/ojsd-data" --log-level warn \
-        >"$TMP/ojsd.out" 2>"$TMP/ojsd.err" &
-    local pid=$! addr=""
+    start_server "$TMP/ojsd-data"
+    local pid=$SERVER_PID
     PIDS+=("$pid")
-    for _ in $(seq 1 300); do
-        addr=$(sed -n 's/^ojsd listening on //p' "$TMP/ojsd.out")
-        [ -n "$addr" ] && break
-        sleep 0.1
-    done
-    [ -n "$addr" ] || { echo "ojsd did not start" >&2; exit 1; }
-    "$BENCH" --addr "$addr" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
+    "$BENCH" --addr "$ADDR" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
         --workers "$WORKERS" --json >"$TMP/ojsd.json"
     kill -TERM "$pid"
     wait "$pid" 2>/dev/null || true

@@ -26,23 +26,16 @@ command -v perf >/dev/null || { echo "perf is not installed (apt-get install lin
 . "$ROOT/bench/bins.sh"
 OUT=${PROFILE_DIR:-$ROOT/bench/profiles/$NAME}
 mkdir -p "$OUT"
-DATA=$(mktemp -d "${TMPDIR:-/tmp}/ojsd-profile.XXXXXX")
-PID=""
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ojsd-profile.XXXXXX")
+SERVER_PID=""
 cleanup() {
-    [ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-    rm -rf "$DATA"
+    [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+    rm -rf "$TMP"
 }
 trap cleanup EXIT
 
-"$OJSD" --listen 127.0.0.1:0 --data-dir "$DATA/db" --log-level warn >"$DATA/out" 2>"$DATA/err" &
-PID=$!
-ADDR=""
-for _ in $(seq 1 300); do
-    ADDR=$(sed -n 's/^ojsd listening on //p' "$DATA/out")
-    [ -n "$ADDR" ] && break
-    sleep 0.1
-done
-[ -n "$ADDR" ] || { echo "ojsd did not start" >&2; exit 1; }
+start_server "$TMP/db"
+PID=$SERVER_PID
 
 "$BENCH" --addr "$ADDR" --server-pid "$PID" --json "$@" >"$OUT/bench.json" &
 LOAD=$!

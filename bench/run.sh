@@ -69,24 +69,6 @@ json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)"
 verdict() { python3 -c "import sys; v,op,l=float(sys.argv[1]),sys.argv[2],float(sys.argv[3]); print('met' if (v>=l if op=='>=' else v<l if op=='<' else v<=l) else 'NOT met')" "$@"; }
 keep() { if [ -n "$OUT_DIR" ]; then mkdir -p "$OUT_DIR" && cp "$1" "$OUT_DIR/$2-$(date +%Y%m%dT%H%M%S).json"; fi; }
 
-# start_server DATA_DIR [LISTEN] [LOG_LEVEL]: sets SERVER_PID and ADDR.
-start_server() {
-    local dir=$1 listen=${2:-127.0.0.1:0} level=${3:-warn}
-    : >"$TMP/ojsd.out"
-    "$OJSD" --listen "$listen" --data-dir "$dir" --log-level "$level" \
-        >"$TMP/ojsd.out" 2>>"$TMP/ojsd.err" &
-    SERVER_PID=$!
-    for _ in $(seq 1 600); do
-        ADDR=$(sed -n 's/^ojsd listening on //p' "$TMP/ojsd.out")
-        [ -n "$ADDR" ] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "ojsd did not start; its log:" >&2
-    tail -20 "$TMP/ojsd.err" >&2
-    exit 1
-}
-
 stop_server() {
     [ -n "$SERVER_PID" ] || return 0
     kill -TERM "$SERVER_PID" 2>/dev/null || true
