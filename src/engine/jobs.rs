@@ -8,9 +8,11 @@ use super::txn::Txn;
 use super::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
+use crate::job::parts::Parts;
 use crate::job::retry::RetryDecision;
-use crate::job::validate::{parse_new_job, NewJob};
+use crate::job::validate::{parse_new_job, Limits, NewJob};
 use crate::job::{format_ts, State};
+use chrono::Utc;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -37,23 +39,45 @@ fn wrong_state(id: Uuid, state: State, op: &str, needs: &str) -> OjsError {
     )
 }
 
-impl Engine {
-    pub(super) fn validate_new(&self, value: Value, len: usize) -> OjsResult<(Uuid, NewJob)> {
-        let new = parse_new_job(value, len, self.now, &self.cfg.limits)?;
+/// A client's new job, checked and encoded without the engine's state, so that it can be
+/// done on the connection's thread (`EngineHandle::submit`).
+pub struct Prepared {
+    id: Uuid,
+    pub new: NewJob,
+    /// The encoded client part. Left out for unique jobs: admitting one may rewrite its
+    /// `scheduled_at` (replace_except_schedule), and the engine encodes it afterwards.
+    parts: Option<Parts>,
+}
+
+impl Prepared {
+    pub fn new(value: Value, len: usize, limits: &Limits) -> OjsResult<Prepared> {
+        // `created_at` is set again from the engine's clock when the job is inserted.
+        let new = parse_new_job(value, len, Utc::now(), limits)?;
         let id = Uuid::parse_str(&new.job.id)
             .map_err(|_| OjsError::new(ErrorCode::InvalidPayload, "id must be a UUIDv7"))?;
+        let parts = new.job.unique.is_none().then(|| Parts::of(&new.job));
+        Ok(Prepared { id, new, parts })
+    }
+}
+
+impl Engine {
+    /// The checks a prepared job needs the engine's state for.
+    pub(super) fn validate_new(&self, p: OjsResult<Prepared>) -> OjsResult<(Uuid, Prepared)> {
+        let p = p?;
+        let id = p.id;
         if self.index.jobs.contains_key(&id) {
             return Err(OjsError::new(
                 ErrorCode::DuplicateJob,
                 format!("a job with id {id} already exists"),
             ));
         }
-        Ok((id, new))
+        Ok((id, p))
     }
 
     /// Store a validated job (PUSH and PUSHB themselves, with the uniqueness check, are
     /// in unique.rs).
-    pub(super) fn insert_new(&mut self, txn: &mut Txn, id: Uuid, new: NewJob) {
+    pub(super) fn insert_new(&mut self, txn: &mut Txn, id: Uuid, p: Prepared) {
+        let Prepared { new, parts, .. } = p;
         let NewJob { mut job, pending } = new;
         let now_ms = self.now_ms();
         let scheduled = job.scheduled_time().map(|t| t.timestamp_millis());
@@ -99,7 +123,7 @@ impl Engine {
             }
             _ => {} // pending: announced by ACTIVATE
         }
-        txn.insert_job(id, job);
+        txn.insert_job(id, job, parts);
         self.stats.enqueued += 1;
     }
 

@@ -26,13 +26,14 @@ mod workflows;
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
 
-use crate::error::{ErrorCode, OjsError};
+use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::validate::Limits;
 use crate::protocol::{Command, Reply};
 use crate::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use index::Index;
+use jobs::Prepared;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -79,10 +80,33 @@ impl Default for Config {
 }
 
 /// One command from a connection, with the worker id its HELLO gave (if any).
-pub struct Request {
-    pub wid: Option<Arc<str>>,
-    pub cmd: Command,
-    pub reply: oneshot::Sender<Reply>,
+struct Request {
+    wid: Option<Arc<str>>,
+    work: Work,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// A command as the engine thread receives it. `submit` parses, validates and encodes the
+/// envelopes of PUSH and PUSHB on the caller's thread, so the engine thread, which every
+/// command waits for, only does what needs its state (ids, unique keys, queues).
+enum Work {
+    Command(Command),
+    Push(Box<OjsResult<Prepared>>),
+    PushBatch(Vec<OjsResult<Prepared>>),
+}
+
+impl Work {
+    fn of(cmd: Command, limits: &Limits) -> Work {
+        match cmd {
+            Command::Push { job, len } => Work::Push(Box::new(Prepared::new(job, len, limits))),
+            Command::PushBatch(jobs) => Work::PushBatch(
+                jobs.into_iter()
+                    .map(|(job, len)| Prepared::new(job, len, limits))
+                    .collect(),
+            ),
+            cmd => Work::Command(cmd),
+        }
+    }
 }
 
 enum Msg {
@@ -113,6 +137,7 @@ enum Msg {
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: Sender<Msg>,
+    limits: Limits,
     pub connections: Arc<AtomicUsize>,
 }
 
@@ -120,7 +145,8 @@ impl EngineHandle {
     /// Queue a command; the receiver resolves once the engine has committed and replied.
     pub fn submit(&self, wid: Option<Arc<str>>, cmd: Command) -> oneshot::Receiver<Reply> {
         let (reply, rx) = oneshot::channel();
-        let req = Request { wid, cmd, reply };
+        let work = Work::of(cmd, &self.limits);
+        let req = Request { wid, work, reply };
         if let Err(e) = self.tx.send(Msg::Request(req)) {
             // The engine is gone (shutting down or failed); answer for it.
             if let Msg::Request(req) = e.0 {
@@ -249,6 +275,7 @@ pub fn start(
 > {
     let (tx, rx) = crossbeam_channel::unbounded();
     let connections = Arc::new(AtomicUsize::new(0));
+    let limits = cfg.limits.clone();
     let mut engine = Engine {
         store,
         clock: Clock::new(cfg.test_clock),
@@ -278,7 +305,12 @@ pub fn start(
         .name("ojsd-engine".into())
         .spawn(move || engine.run())
         .map_err(StoreError::from)?;
-    Ok((EngineHandle { tx, connections }, thread))
+    let handle = EngineHandle {
+        tx,
+        limits,
+        connections,
+    };
+    Ok((handle, thread))
 }
 
 impl Engine {
@@ -399,20 +431,34 @@ impl Engine {
     }
 
     fn handle(&mut self, req: Request, txn: &mut Txn) {
-        let Request { wid, cmd, reply } = req;
+        let Request { wid, work, reply } = req;
         if let Some(w) = &wid {
             let now = self.now_ms();
             self.workers.touch(w, now);
         }
-        let out = match cmd {
+        let cmd = match work {
+            Work::Command(cmd) => cmd,
             // PUSH answers with the envelope as accepted, even if a waiting FETCH claims the
             // job later in this same batch.
-            Command::Push { job, len } => self
-                .push_one(txn, job, len)
-                .map(|p| Out::Reply(self.pushed_reply(txn, &[p], false))),
-            Command::PushBatch(jobs) => self
-                .push_batch_all(txn, jobs)
-                .map(|p| Out::Reply(self.pushed_reply(txn, &p, true))),
+            Work::Push(job) => {
+                let out = self
+                    .push_one(txn, *job)
+                    .map(|p| Out::Reply(self.pushed_reply(txn, &[p], false)));
+                return txn.reply(reply, out.unwrap_or_else(|e| Out::Reply(Reply::Error(e))));
+            }
+            Work::PushBatch(jobs) => {
+                let out = self
+                    .push_batch_all(txn, jobs)
+                    .map(|p| Out::Reply(self.pushed_reply(txn, &p, true)));
+                return txn.reply(reply, out.unwrap_or_else(|e| Out::Reply(Reply::Error(e))));
+            }
+        };
+        let out = match cmd {
+            // `submit` prepares these; a command that arrives otherwise is prepared here.
+            cmd @ (Command::Push { .. } | Command::PushBatch(_)) => {
+                let work = Work::of(cmd, &self.cfg.limits);
+                return self.handle(Request { wid, work, reply }, txn);
+            }
             Command::Fetch { queues, count } => {
                 match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
                     Ok(ids) if ids.is_empty() => {

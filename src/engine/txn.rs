@@ -28,6 +28,9 @@ pub enum Out {
 struct Touched {
     job: Job,
     parts: Option<Parts>,
+    /// The job's JSON as a reply of this batch already composed it, while the job has not
+    /// changed since (PUSH replies): the store write reuses it.
+    body: Option<Bytes>,
 }
 
 #[derive(Default)]
@@ -218,6 +221,11 @@ fn state_of_byte(b: u8) -> Option<State> {
 
 /// A job record (version 2) and the offset of its JSON body within it.
 pub fn encode_record(seq: u64, job: &Job, parts: &Parts) -> (Vec<u8>, usize) {
+    encode_record_with(seq, job, |v| parts.compose(job, v))
+}
+
+/// `encode_record` with the JSON written by `body`.
+fn encode_record_with(seq: u64, job: &Job, body: impl FnOnce(&mut Vec<u8>)) -> (Vec<u8>, usize) {
     let h = IndexHeader::of(job);
     let mut v = Vec::with_capacity(1024);
     v.push(RECORD_V2);
@@ -243,11 +251,11 @@ pub fn encode_record(seq: u64, job: &Job, parts: &Parts) -> (Vec<u8>, usize) {
     let body_len_at = v.len();
     v.extend_from_slice(&[0; 4]);
     v.extend_from_slice(h.queue.as_bytes());
-    let body = v.len();
-    parts.compose(job, &mut v);
-    let body_len = len32(v.len() - body);
+    let body_at = v.len();
+    body(&mut v);
+    let body_len = len32(v.len() - body_at);
     v[body_len_at..body_len_at + 4].copy_from_slice(&body_len);
-    (v, body)
+    (v, body_at)
 }
 
 /// Reads a record front to back; every read fails on too few bytes instead of panicking.
@@ -369,18 +377,26 @@ impl Txn {
     /// The job body for modification, loaded into this batch on first touch.
     pub fn job_mut(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&mut Job> {
         let slot = match self.jobs.entry(id) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Occupied(o) => {
+                let slot = o.into_mut();
+                if let Some(t) = slot {
+                    t.body = None; // the caller may change the job
+                }
+                slot
+            }
             std::collections::hash_map::Entry::Vacant(v) => {
                 let touched = match self.cache.take(id) {
                     Some((job, parts)) => Touched {
                         job,
                         parts: Some(parts),
+                        body: None,
                     },
                     None => Touched {
                         job: read_job(store, id)?.ok_or_else(|| {
                             backend(format!("job {id} is indexed but not stored"))
                         })?,
                         parts: None,
+                        body: None,
                     },
                 };
                 v.insert(Some(touched))
@@ -408,8 +424,10 @@ impl Txn {
     }
 
     /// A job created by this batch.
-    pub fn insert_job(&mut self, id: Uuid, job: Job) {
-        self.jobs.insert(id, Some(Touched { job, parts: None }));
+    /// A job just created, with its client part already encoded when the caller has it.
+    pub fn insert_job(&mut self, id: Uuid, job: Job, parts: Option<Parts>) {
+        let body = None;
+        self.jobs.insert(id, Some(Touched { job, parts, body }));
     }
 
     pub fn delete_job(&mut self, id: Uuid) {
@@ -433,9 +451,12 @@ impl Txn {
             }
             if let Some(Some(t)) = self.jobs.get_mut(id) {
                 let job = &t.job;
+                let mut one = Vec::with_capacity(1024);
                 t.parts
                     .get_or_insert_with(|| Parts::of(job))
-                    .compose(job, &mut buf);
+                    .compose(job, &mut one);
+                buf.extend_from_slice(&one);
+                t.body = Some(Bytes::from(one));
             }
         }
         if array {
@@ -450,10 +471,21 @@ impl Txn {
         let mut written = HashMap::with_capacity(self.jobs.len());
         for (id, touched) in self.jobs.drain() {
             match touched {
-                Some(Touched { job, parts }) => {
+                Some(Touched { job, parts, body }) => {
                     let parts = parts.unwrap_or_else(|| Parts::of(&job));
-                    let (rec, body) = encode_record(seq_of(id), &job, &parts);
-                    written.insert(id, Bytes::copy_from_slice(&rec[body..]));
+                    let seq = seq_of(id);
+                    let (rec, at) = match &body {
+                        Some(b) => encode_record_with(seq, &job, |v| v.extend_from_slice(b)),
+                        None => encode_record(seq, &job, &parts),
+                    };
+                    debug_assert!(
+                        body.is_none() || rec == encode_record(seq, &job, &parts).0,
+                        "a reused body must be the job's current JSON"
+                    );
+                    written.insert(
+                        id,
+                        body.unwrap_or_else(|| Bytes::copy_from_slice(&rec[at..])),
+                    );
                     self.batch.put(Space::Job, id.as_bytes(), rec);
                     if job.state.is_terminal() {
                         self.cache.remove(id);
@@ -687,6 +719,42 @@ mod tests {
         assert!(decode_record(&longer).is_none(), "trailing bytes");
         // The same record intact still decodes.
         assert_eq!(garbled(0, 2), Some(true));
+    }
+
+    #[test]
+    fn a_push_reply_body_is_reused_only_while_its_job_is_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::SledStore::open(dir.path(), 1 << 20).unwrap();
+        let (a, ja, pa) = job(1);
+        let (b, jb, pb) = job(2);
+        let mut txn = Txn::default();
+        txn.insert_job(a, ja, Some(pa));
+        txn.insert_job(b, jb, Some(pb));
+        let replied: Vec<serde_json::Value> =
+            serde_json::from_slice(&txn.snapshot(&[a, b], true)).unwrap();
+        // A waiting FETCH claims b later in the same batch.
+        let claimed = txn.job_mut(&store, b).unwrap();
+        claimed.state = State::Active;
+        claimed.attempt = 1;
+        let written = txn.seal(|_| 1);
+        let json =
+            |id: Uuid| -> serde_json::Value { serde_json::from_slice(&written[&id]).unwrap() };
+        assert_eq!(json(a), replied[0]);
+        assert_eq!(replied[1]["state"], "available");
+        assert_eq!(
+            (json(b)["state"].clone(), json(b)["attempt"].clone()),
+            ("active".into(), 1.into())
+        );
+        // The records stored are what `written` says.
+        for op in &txn.batch.ops {
+            let crate::store::Op::Put(_, rec) = op else {
+                panic!("only puts expected")
+            };
+            let body = decode_record(rec).unwrap().body;
+            let id = if body == &written[&a][..] { a } else { b };
+            assert_eq!(body, &written[&id][..]);
+        }
+        assert_eq!(txn.batch.ops.len(), 2);
     }
 
     #[test]

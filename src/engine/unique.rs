@@ -8,6 +8,7 @@
 //! The index is memory only; the rebuild at start recomputes it from the stored jobs.
 //! PUSH and PUSHB themselves live here too: validate, check the key, store.
 
+use super::jobs::Prepared;
 use super::txn::Txn;
 use super::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
@@ -107,19 +108,19 @@ impl Engine {
     /// The id of the job that answers the PUSH: the new one, or the existing one when a
     /// `unique` policy with `on_conflict: ignore` met a duplicate.
     pub(super) fn push(&mut self, txn: &mut Txn, value: Value, len: usize) -> OjsResult<Uuid> {
-        Ok(self.push_one(txn, value, len)?.id)
+        let job = Prepared::new(value, len, &self.cfg.limits);
+        Ok(self.push_one(txn, job)?.id)
     }
 
     /// PUSH: validate, check the uniqueness key, store.
     pub(super) fn push_one(
         &mut self,
         txn: &mut Txn,
-        value: Value,
-        len: usize,
+        job: OjsResult<Prepared>,
     ) -> OjsResult<Pushed> {
-        let (id, mut new) = self.validate_new(value, len)?;
-        let admit = self.admit(txn, id, &mut new, &mut Overlay::default())?;
-        self.apply_admit(txn, id, new, admit)
+        let (id, mut p) = self.validate_new(job)?;
+        let admit = self.admit(txn, id, &mut p.new, &mut Overlay::default())?;
+        self.apply_admit(txn, id, p, admit)
     }
 
     /// All or nothing: every job is validated and its uniqueness decided before any is
@@ -127,12 +128,12 @@ impl Engine {
     pub(super) fn push_batch_all(
         &mut self,
         txn: &mut Txn,
-        jobs: Vec<(Value, usize)>,
+        jobs: Vec<OjsResult<Prepared>>,
     ) -> OjsResult<Vec<Pushed>> {
         let mut valid = Vec::with_capacity(jobs.len());
         let mut seen = HashSet::with_capacity(jobs.len());
-        for (i, (value, len)) in jobs.into_iter().enumerate() {
-            let (id, new) = self.validate_new(value, len).map_err(|e| OjsError {
+        for (i, job) in jobs.into_iter().enumerate() {
+            let (id, new) = self.validate_new(job).map_err(|e| OjsError {
                 code: e.code,
                 message: format!("job {i}: {}; no job was enqueued", e.message),
             })?;
@@ -148,7 +149,7 @@ impl Engine {
         let mut planned = Vec::with_capacity(valid.len());
         for (i, (id, mut new)) in valid.into_iter().enumerate() {
             let admit = self
-                .admit(txn, id, &mut new, &mut overlay)
+                .admit(txn, id, &mut new.new, &mut overlay)
                 .map_err(|e| OjsError {
                     code: e.code,
                     message: format!("job {i}: {}; no job was enqueued", e.message),
@@ -252,7 +253,7 @@ impl Engine {
         &mut self,
         txn: &mut Txn,
         id: Uuid,
-        new: NewJob,
+        new: Prepared,
         admit: Admit,
     ) -> OjsResult<Pushed> {
         match admit {
