@@ -13,6 +13,9 @@
 #   LAT_SECONDS=30           length of the latency run
 #   MILLION_JOBS=1000000     jobs queued for `million` and `restart`
 #   IDLE_CONNS=1000 IDLE_SECONDS=30
+#   REPEAT=1                 runs of each steady and latency measurement, each on a fresh
+#                            server; with more than one, the table shows the median and
+#                            the range (min–max), and the verdict is the median's
 # Tools: OJSD_BIN / BENCH_BIN use prebuilt binaries instead of `cargo build --release`.
 # OUT_DIR=dir also keeps every raw JSON result there.
 set -euo pipefail
@@ -39,6 +42,7 @@ MILLION_JOBS=${MILLION_JOBS:-1000000}
 IDLE_CONNS=${IDLE_CONNS:-1000}
 IDLE_SECONDS=${IDLE_SECONDS:-30}
 OUT_DIR=${OUT_DIR:-}
+REPEAT=${REPEAT:-1}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ojsd-bench.XXXXXX")
 SERVER_PID=""
@@ -90,54 +94,66 @@ bench_run() { # NAME ARGS...: run ojsd-bench --json, keep its output in $TMP/NAM
     keep "$TMP/$name.json" "$name"
 }
 
-scenario_steady() {
-    echo "== steady: one mode, $STEADY_ONE_JOBS jobs, P=$PRODUCERS C=$WORKERS" >&2
-    start_server "$TMP/steady-one"
-    bench_run steady-one --mode one --jobs "$STEADY_ONE_JOBS" --producers "$PRODUCERS" --workers "$WORKERS"
-    local f=$TMP/steady-one.json v
-    v=$(json "$f" "round(d['jobs_per_s'])")
-    row steady "one: jobs/s end to end" "$v" ">= 15000" "$(verdict "$v" '>=' 15000)"
-    row steady "one: push/s" "$(json "$f" "round(d['push_per_s'])")" "" ""
-    row steady "one: pickup p50/p99 ms (unthrottled)" "$(json "$f" "'%s / %s' % (d['latency_ms']['p50'], d['latency_ms']['p99'])")" "" ""
-    row steady "one: server CPU % (of one core)" "$(json "$f" "d.get('server_cpu_pct')")" "" ""
-    row steady "one: exactly once" "$(json "$f" "d['exactly_once']")" "" ""
-    stop_server
+# runs NAME ARGS...: $REPEAT ojsd-bench runs, each on a fresh server: $TMP/NAME-<i>.json.
+runs() {
+    local name=$1 i
+    shift
+    for i in $(seq 1 "$REPEAT"); do
+        start_server "$TMP/$name-$i.db"
+        bench_run "$name-$i" "$@"
+        stop_server
+        rm -rf "$TMP/$name-$i.db"
+    done
+}
 
-    echo "== steady: batch mode, $STEADY_BATCH_JOBS jobs, batch $BATCH" >&2
-    start_server "$TMP/steady-batch"
-    bench_run steady-batch --mode batch --jobs "$STEADY_BATCH_JOBS" --batch "$BATCH"
-    f=$TMP/steady-batch.json
-    v=$(json "$f" "round(d['jobs_per_s'])")
-    row steady "batch($BATCH): jobs/s end to end" "$v" ">= 100000" "$(verdict "$v" '>=' 100000)"
-    row steady "batch($BATCH): push/s" "$(json "$f" "round(d['push_per_s'])")" "" ""
-    row steady "batch($BATCH): server CPU %" "$(json "$f" "d.get('server_cpu_pct')")" "" ""
-    row steady "batch($BATCH): exactly once" "$(json "$f" "d['exactly_once']")" "" ""
-    stop_server
+# summary NAME EXPR: EXPR (Python, over the JSON object `d`) of NAME's runs: the value of a
+# single run, else "median (min–max)". `median NAME EXPR` prints the median alone.
+summary() { python3 "$ROOT/bench/summary.py" "$TMP" "$1" "$REPEAT" "$2"; }
+median() { python3 "$ROOT/bench/summary.py" "$TMP" "$1" "$REPEAT" "$2" median; }
+
+scenario_steady() {
+    echo "== steady: one mode, $STEADY_ONE_JOBS jobs, P=$PRODUCERS C=$WORKERS, $REPEAT run(s)" >&2
+    runs steady-one --mode one --jobs "$STEADY_ONE_JOBS" --producers "$PRODUCERS" --workers "$WORKERS"
+    local v
+    v=$(median steady-one "d['jobs_per_s']")
+    row steady "one: jobs/s end to end" "$(summary steady-one "round(d['jobs_per_s'])")" ">= 15000" "$(verdict "$v" '>=' 15000)"
+    row steady "one: push/s" "$(summary steady-one "round(d['push_per_s'])")" "" ""
+    row steady "one: pickup p50 ms (unthrottled)" "$(summary steady-one "d['latency_ms']['p50']")" "" ""
+    row steady "one: pickup p99 ms (unthrottled)" "$(summary steady-one "d['latency_ms']['p99']")" "" ""
+    row steady "one: server CPU % (of one core)" "$(summary steady-one "d.get('server_cpu_pct')")" "" ""
+    row steady "one: exactly once" "$(summary steady-one "d['exactly_once']['ok']")" "" ""
+
+    echo "== steady: batch mode, $STEADY_BATCH_JOBS jobs, batch $BATCH, $REPEAT run(s)" >&2
+    runs steady-batch --mode batch --jobs "$STEADY_BATCH_JOBS" --batch "$BATCH"
+    v=$(median steady-batch "d['jobs_per_s']")
+    row steady "batch($BATCH): jobs/s end to end" "$(summary steady-batch "round(d['jobs_per_s'])")" ">= 100000" "$(verdict "$v" '>=' 100000)"
+    row steady "batch($BATCH): push/s" "$(summary steady-batch "round(d['push_per_s'])")" "" ""
+    row steady "batch($BATCH): server CPU %" "$(summary steady-batch "d.get('server_cpu_pct')")" "" ""
+    row steady "batch($BATCH): exactly once" "$(summary steady-batch "d['exactly_once']['ok']")" "" ""
 }
 
 scenario_latency() {
-    start_server "$TMP/latency"
     local rate=$LAT_RATE
     if [ -z "$rate" ]; then
-        echo "== latency: calibrating max rate with $LAT_CALIB_JOBS jobs" >&2
-        bench_run latency-calib --mode one --jobs "$LAT_CALIB_JOBS" --producers "$PRODUCERS" --workers "$WORKERS"
+        echo "== latency: calibrating max rate with $LAT_CALIB_JOBS jobs, $REPEAT run(s)" >&2
+        runs latency-calib --mode one --jobs "$LAT_CALIB_JOBS" --producers "$PRODUCERS" --workers "$WORKERS"
         local max
-        max=$(json "$TMP/latency-calib.json" "d['jobs_per_s']")
+        max=$(median latency-calib "d['jobs_per_s']")
         rate=$(python3 -c "print(max(1, int($max / 2)))")
-        row latency "max rate (calibration run)" "$(printf '%.0f' "$max")" "" ""
+        row latency "max rate (calibration run)" "$(summary latency-calib "round(d['jobs_per_s'])")" "" ""
     fi
     local jobs
     jobs=$(python3 -c "print(max(100, int($rate * $LAT_SECONDS)))")
-    echo "== latency: $jobs jobs offered at $rate jobs/s" >&2
-    bench_run latency --mode one --jobs "$jobs" --rate "$rate" --producers "$PRODUCERS" --workers "$WORKERS"
-    local f=$TMP/latency.json p99
-    p99=$(json "$f" "d['latency_ms']['p99']")
+    echo "== latency: $jobs jobs offered at $rate jobs/s, $REPEAT run(s)" >&2
+    runs latency --mode one --jobs "$jobs" --rate "$rate" --producers "$PRODUCERS" --workers "$WORKERS"
+    local p99
+    p99=$(median latency "d['latency_ms']['p99']")
     row latency "offered rate (jobs/s)" "$rate" "" ""
-    row latency "achieved jobs/s" "$(json "$f" "round(d['jobs_per_s'])")" "" ""
-    row latency "pickup p50 / p90 ms" "$(json "$f" "'%s / %s' % (d['latency_ms']['p50'], d['latency_ms']['p90'])")" "" ""
-    row latency "pickup p99 ms" "$p99" "< 2" "$(verdict "$p99" '<' 2)"
-    row latency "pickup max ms" "$(json "$f" "d['latency_ms']['max']")" "" ""
-    stop_server
+    row latency "achieved jobs/s" "$(summary latency "round(d['jobs_per_s'])")" "" ""
+    row latency "pickup p50 ms" "$(summary latency "d['latency_ms']['p50']")" "" ""
+    row latency "pickup p90 ms" "$(summary latency "d['latency_ms']['p90']")" "" ""
+    row latency "pickup p99 ms" "$(summary latency "d['latency_ms']['p99']")" "< 2" "$(verdict "$p99" '<' 2)"
+    row latency "pickup max ms" "$(summary latency "d['latency_ms']['max']")" "" ""
 }
 
 # fill DIR: start a server on DIR and queue $MILLION_JOBS jobs (leaves it running).
