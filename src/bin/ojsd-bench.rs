@@ -107,6 +107,11 @@ struct Args {
     /// Bytes of one event for --store-floor.
     #[arg(long, default_value_t = 350)]
     event_bytes: usize,
+    /// With --store-floor: append the same bytes to one plain file with one fdatasync per
+    /// commit instead of writing them to sled, i.e. what the disk and kernel allow for
+    /// this write pattern with no store in between.
+    #[arg(long, requires = "store_floor")]
+    raw_log: bool,
 }
 
 fn main() {
@@ -128,6 +133,7 @@ fn main() {
             batch: args.batch,
             record_bytes: args.record_bytes,
             event_bytes: args.event_bytes,
+            raw_log: args.raw_log,
         };
         match floor::run(dir, &f) {
             Ok(out) => {
