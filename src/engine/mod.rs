@@ -444,13 +444,13 @@ impl Engine {
                 let out = self
                     .push_one(txn, *job)
                     .map(|p| Out::Reply(self.pushed_reply(txn, &[p], false)));
-                return txn.reply(reply, out.unwrap_or_else(|e| Out::Reply(Reply::Error(e))));
+                return answer(txn, reply, out);
             }
             Work::PushBatch(jobs) => {
                 let out = self
                     .push_batch_all(txn, jobs)
                     .map(|p| Out::Reply(self.pushed_reply(txn, &p, true)));
-                return txn.reply(reply, out.unwrap_or_else(|e| Out::Reply(Reply::Error(e))));
+                return answer(txn, reply, out);
             }
         };
         let out = match cmd {
@@ -514,8 +514,7 @@ impl Engine {
                 Ok(Out::Reply(Reply::Ok))
             }
         };
-        let out = out.unwrap_or_else(|e| Out::Reply(Reply::Error(e)));
-        txn.reply(reply, out);
+        answer(txn, reply, out);
     }
 
     /// Hand newly available jobs to waiting FETCHes, oldest waiter first, and time out the rest.
@@ -571,6 +570,11 @@ impl Engine {
 
 fn ok(_: ()) -> Out {
     Out::Reply(Reply::Ok)
+}
+
+/// Queue the reply to one command: its output, or its error.
+fn answer(txn: &mut Txn, reply: oneshot::Sender<Reply>, out: Result<Out, OjsError>) {
+    txn.reply(reply, out.unwrap_or_else(|e| Out::Reply(Reply::Error(e))));
 }
 
 fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>) -> Out {

@@ -423,11 +423,14 @@ impl Txn {
         self.jobs.get(&id).and_then(|t| t.as_ref()).map(|t| &t.job)
     }
 
-    /// A job created by this batch.
-    /// A job just created, with its client part already encoded when the caller has it.
+    /// A job created by this batch, with its client part already encoded if the caller has it.
     pub fn insert_job(&mut self, id: Uuid, job: Job, parts: Option<Parts>) {
-        let body = None;
-        self.jobs.insert(id, Some(Touched { job, parts, body }));
+        let touched = Touched {
+            job,
+            parts,
+            body: None,
+        };
+        self.jobs.insert(id, Some(touched));
     }
 
     pub fn delete_job(&mut self, id: Uuid) {
