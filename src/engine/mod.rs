@@ -14,6 +14,7 @@ mod index;
 mod jobs;
 mod metrics;
 mod rebuild;
+mod record;
 mod throughput;
 mod txn;
 mod unique;

@@ -6,7 +6,8 @@
 //! send. Reading the store is most of the work, and sled serves readers in parallel.
 
 use super::index::{Entry, QueueId, TimerKind};
-use super::txn::{decode_record, IndexHeader, Txn};
+use super::record::{decode_record, IndexHeader};
+use super::txn::Txn;
 use super::Engine;
 use crate::job::unique::UniqueKey;
 use crate::job::{parse_ts, State};
@@ -460,7 +461,7 @@ mod tests {
         for (seq, j) in jobs().iter().enumerate() {
             let view: View = serde_json::from_slice(&serde_json::to_vec(j).unwrap()).unwrap();
             assert_eq!(view.header(), IndexHeader::of(j), "{}", j.state.as_str());
-            let (rec, _) = super::super::txn::encode_record(seq as u64, j, &Parts::of(j));
+            let (rec, _) = super::super::record::encode_record(seq as u64, j, &Parts::of(j));
             assert_eq!(
                 decode_record(&rec).and_then(|r| r.header),
                 Some(view.header())
@@ -491,12 +492,12 @@ mod tests {
             let seq = 100 + n as u64;
             let rec = match n % 2 {
                 0 => v1_record(seq, j),
-                _ => super::super::txn::encode_record(seq, j, &Parts::of(j)).0,
+                _ => super::super::record::encode_record(seq, j, &Parts::of(j)).0,
             };
             batch.put(Space::Job, id.as_bytes(), rec);
         }
         let (mut truncated, _) =
-            super::super::txn::encode_record(1, &jobs[0], &Parts::of(&jobs[0]));
+            super::super::record::encode_record(1, &jobs[0], &Parts::of(&jobs[0]));
         truncated.pop();
         batch.put(Space::Job, Uuid::now_v7().as_bytes(), truncated);
         batch.put(
@@ -584,7 +585,7 @@ mod tests {
             let id = Uuid::from_u128(rand::random());
             j.id = id.to_string();
             ids.push(j.id.clone());
-            let (rec, _) = super::super::txn::encode_record(n as u64, &j, &Parts::of(&j));
+            let (rec, _) = super::super::record::encode_record(n as u64, &j, &Parts::of(&j));
             batch.put(Space::Job, id.as_bytes(), rec);
         }
         store.commit(batch).unwrap();
