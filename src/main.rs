@@ -6,7 +6,7 @@ use ojsd::engine::{self, Config};
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
 use ojsd::server::{self, ServerConfig};
-use ojsd::store::SledStore;
+use ojsd::store::{SledStore, DEFAULT_CACHE_MB};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,9 +55,8 @@ struct Args {
     /// How long an empty FETCH waits for a job, milliseconds.
     #[arg(long, env = "OJSD_FETCH_WAIT_MS", default_value_t = 2000)]
     fetch_wait_ms: u64,
-    /// Page cache of the embedded database, MiB. sled's memory use runs well above this
-    /// figure; 128 keeps 1M queued jobs under 1 GiB RSS (bench/RESULTS.md).
-    #[arg(long, env = "OJSD_CACHE_MB", default_value_t = 128)]
+    /// Page cache of the embedded database, MiB.
+    #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
     /// Log filter: error, warn, info, debug, trace (or a tracing directive).
     #[arg(long, env = "OJSD_LOG_LEVEL", default_value = "info")]

@@ -7,7 +7,7 @@
 
 mod sled_store;
 
-pub use sled_store::SledStore;
+pub use sled_store::{SledStore, DEFAULT_CACHE_MB};
 
 use std::fmt;
 

@@ -11,6 +11,10 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+/// The default page cache, MiB. sled's memory use runs well above this figure; 128 keeps
+/// 1M queued jobs under 1 GiB RSS (bench/RESULTS.md).
+pub const DEFAULT_CACHE_MB: u64 = 128;
+
 pub struct SledStore {
     db: sled::Db,
     dir: PathBuf,

@@ -10,7 +10,7 @@
 //! its length and key, one `fdatasync` per commit): the ceiling of the disk and kernel for
 //! this pattern, with no store in between.
 
-use ojsd::store::{Batch, Op, SledStore, Space, Store};
+use ojsd::store::{Batch, Op, SledStore, Space, Store, DEFAULT_CACHE_MB};
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::Write;
@@ -73,7 +73,7 @@ pub fn run(dir: &Path, f: &Floor) -> Result<Value, String> {
         let file = File::create(dir.join("log")).map_err(|e| e.to_string())?;
         Sink::Raw(file, Vec::new())
     } else {
-        Sink::Sled(SledStore::open(dir, 256 << 20).map_err(|e| e.to_string())?)
+        Sink::Sled(SledStore::open(dir, DEFAULT_CACHE_MB << 20).map_err(|e| e.to_string())?)
     };
     let ids: Vec<[u8; 16]> = (0..f.jobs)
         .map(|_| *uuid::Uuid::now_v7().as_bytes())
