@@ -86,9 +86,4 @@ impl fmt::Display for OjsError {
 
 impl std::error::Error for OjsError {}
 
-/// Shorthand constructors used all over the engine and parser.
-pub fn invalid(code: ErrorCode, message: impl Into<String>) -> OjsError {
-    OjsError::new(code, message)
-}
-
 pub type OjsResult<T> = Result<T, OjsError>;

@@ -104,11 +104,6 @@ impl Schedule {
         }
         None
     }
-
-    /// Whether the expression is `@every`.
-    pub fn is_interval(&self) -> bool {
-        matches!(self.expr, Expr::Every(_))
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +118,7 @@ fn every_after(
     anchor: DateTime<Utc>,
     ms: u64,
 ) -> Option<DateTime<Utc>> {
-    let step = ms as i64;
+    let step = i64::try_from(ms).ok().filter(|s| *s > 0)?;
     let since = (t - anchor).num_milliseconds();
     let k = if since < 0 {
         1

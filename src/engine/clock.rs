@@ -1,7 +1,7 @@
 //! The engine's notion of time. In production it is the system clock; a server started with
 //! `--test-clock` lets tests move it forward (`CLOCK ADVANCE`) instead of sleeping.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
 #[derive(Debug, Default)]
 pub struct Clock {
@@ -18,17 +18,17 @@ impl Clock {
     }
 
     pub fn now(&self) -> DateTime<Utc> {
-        Utc::now() + Duration::milliseconds(self.offset_ms)
-    }
-
-    pub fn is_adjustable(&self) -> bool {
-        self.adjustable
+        crate::time::add_signed_ms(Utc::now(), self.offset_ms)
     }
 
     /// Returns false when the clock is the real one.
     pub fn advance(&mut self, ms: i64) -> bool {
         if self.adjustable {
-            self.offset_ms = self.offset_ms.saturating_add(ms);
+            // Kept so that now() stays inside the representable range: a test may jump far
+            // ahead, but never past year 9999 (or before the epoch).
+            let real = Utc::now().timestamp_millis();
+            let target = crate::time::offset_ms(real.saturating_add(self.offset_ms), ms);
+            self.offset_ms = target.saturating_sub(real);
         }
         self.adjustable
     }

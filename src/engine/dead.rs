@@ -39,7 +39,7 @@ fn age_text(d: std::time::Duration) -> String {
 
 impl Engine {
     fn dead_retention_ms(&self) -> i64 {
-        i64::try_from(self.cfg.dead_retention.as_millis()).unwrap_or(i64::MAX)
+        crate::time::ms(self.cfg.dead_retention)
     }
 
     /// A job id that must name a dead letter. `missing` is the code for a job in another

@@ -63,17 +63,8 @@ pub(super) fn job_data(job: &Job) -> Map<String, Value> {
     m.insert("job_id".into(), json!(job.id));
     m.insert("job_type".into(), json!(job.job_type));
     m.insert("queue".into(), json!(job.queue));
-    let trace = job
-        .meta
-        .get("trace_id")
-        .or_else(|| job.meta.get("traceparent"));
-    if let Some(t) = job.meta.get("trace_id").and_then(Value::as_str) {
+    if let Some(t) = job.trace_id() {
         m.insert("trace_id".into(), json!(t));
-    } else if let Some(tp) = trace.and_then(Value::as_str) {
-        // traceparent = version-traceid-spanid-flags
-        if let Some(id) = tp.split('-').nth(1) {
-            m.insert("trace_id".into(), json!(id));
-        }
     }
     m
 }
@@ -315,8 +306,7 @@ impl Engine {
         let count = self.events.next - self.events.oldest;
         let over = count.saturating_sub(self.cfg.events.max_count);
         let count_end = self.events.oldest + over;
-        let cutoff =
-            self.now - chrono::Duration::milliseconds(self.cfg.events.retention.as_millis() as i64);
+        let cutoff = crate::time::sub(self.now, self.cfg.events.retention);
         let mut drop = Vec::new();
         let mut end = self.events.oldest;
         let scan = self.store.scan_from(

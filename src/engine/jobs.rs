@@ -101,8 +101,7 @@ impl Engine {
             timer,
             expires: job.expires_time().map(|t| t.timestamp_millis()),
             worker: None,
-            timeout_ms: (job.timeout_secs(self.cfg.default_timeout_secs) as i64)
-                .saturating_mul(1000),
+            timeout_ms: crate::time::timeout_ms(job.timeout_secs(self.cfg.default_timeout_secs)),
         };
         self.index.insert(id, entry);
         match state {
@@ -299,7 +298,7 @@ impl Engine {
         }
         let prune = self
             .now_ms()
-            .saturating_add(self.cfg.retention.as_millis() as i64);
+            .saturating_add(crate::time::ms(self.cfg.retention));
         self.release(uid);
         self.index
             .set_state(uid, State::Completed, Some((prune, TimerKind::Prune)));
@@ -383,7 +382,7 @@ impl Engine {
                 self.woke = true;
             }
             RetryDecision::Retry { delay } => {
-                let at = now + chrono::Duration::milliseconds(delay.as_millis() as i64);
+                let at = crate::time::add(now, delay);
                 job.state = State::Retryable;
                 job.next_retry_at = Some(at);
                 retry_at = Some(at);
@@ -494,7 +493,7 @@ impl Engine {
         );
         let prune = self
             .now_ms()
-            .saturating_add(self.cfg.retention.as_millis() as i64);
+            .saturating_add(crate::time::ms(self.cfg.retention));
         self.release(uid);
         self.index
             .set_state(uid, State::Cancelled, Some((prune, TimerKind::Prune)));
@@ -636,7 +635,9 @@ impl Engine {
 
     /// Jobs of workers that stopped talking go back to the queue (ojs-worker-protocol §10).
     pub(super) fn sweep_workers(&mut self, txn: &mut Txn) {
-        let cutoff = self.now_ms() - self.cfg.heartbeat_timeout.as_millis() as i64;
+        let cutoff = self
+            .now_ms()
+            .saturating_sub(crate::time::ms(self.cfg.heartbeat_timeout));
         for (wid, held, connected) in self.workers.reap(cutoff) {
             if connected {
                 let data = json!({"worker_id": &*wid, "reason": "error"});

@@ -588,3 +588,5 @@ fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>) -> Out {
 pub(crate) fn connections_open(c: &AtomicUsize) -> usize {
     c.load(Ordering::Relaxed)
 }
+#[cfg(test)]
+mod extremes_tests;

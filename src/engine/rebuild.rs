@@ -174,7 +174,6 @@ impl Scanner {
         }
         let queue = self.queue(h.queue, chunk);
         let timeout = h.timeout.unwrap_or(self.default_timeout_secs);
-        let timeout = i64::try_from(timeout).unwrap_or(i64::MAX);
         chunk.jobs.push(Found {
             id,
             dead_at,
@@ -186,7 +185,7 @@ impl Scanner {
                 timer,
                 expires: h.expires_at,
                 worker: None,
-                timeout_ms: timeout.saturating_mul(1000),
+                timeout_ms: crate::time::timeout_ms(timeout),
             },
         });
     }
@@ -287,7 +286,7 @@ impl Engine {
         let now_ms = self.clock.now().timestamp_millis();
         let scanner = || Scanner {
             now_ms,
-            retention_ms: self.cfg.retention.as_millis() as i64,
+            retention_ms: crate::time::ms(self.cfg.retention),
             default_timeout_secs: self.cfg.default_timeout_secs,
             numbers: HashMap::new(),
         };

@@ -472,16 +472,21 @@ impl Workflow {
             })
     }
 
-    /// The job to create for node `n`: its template plus the workflow attributes.
+    /// The job to create for node `n`: its template plus the workflow attributes, and its
+    /// encoded size counting `parent_results`, so a step that would carry more than the
+    /// job size limit of earlier results is refused (and its node fails) like any
+    /// oversized job, instead of being stored without a bound.
     pub fn envelope(&self, n: u32, parent_results: Map<String, Value>) -> Option<(Value, usize)> {
         let node = self.nodes.get(n as usize)?;
         let Some(Value::Object(mut m)) = node.template.clone() else {
             return None;
         };
+        let results = Value::Object(parent_results);
+        let results_len = serde_json::to_vec(&results).map_or(usize::MAX, |b| b.len());
         m.insert("workflow_id".into(), json!(self.header.id));
         m.insert("workflow_step".into(), json!(node.path));
-        m.insert("parent_results".into(), Value::Object(parent_results));
-        Some((Value::Object(m), node.len))
+        m.insert("parent_results".into(), results);
+        Some((Value::Object(m), node.len.saturating_add(results_len)))
     }
 }
 

@@ -331,7 +331,7 @@ impl Engine {
     fn prune_workflows(&mut self, txn: &mut Txn) {
         let cutoff = self
             .now_ms()
-            .saturating_sub(self.cfg.retention.as_millis() as i64);
+            .saturating_sub(crate::time::ms(self.cfg.retention));
         for _ in 0..PRUNE_PER_CALL {
             match self.workflows.ended.first() {
                 Some((at, _)) if *at <= cutoff => {}

@@ -95,10 +95,12 @@ fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
-    match serde_json::from_slice(body) {
+    match crate::json::parse(body) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
-        Err(e) => Err(ApiError::bad_request(format!("the body is not JSON: {e}"))),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "the body is not accepted: {e}"
+        ))),
     }
 }
 

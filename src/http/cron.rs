@@ -40,13 +40,13 @@ fn ok(status: StatusCode, v: &Value) -> Response {
 }
 
 fn body_object(body: &Bytes) -> Result<Value, ApiError> {
-    match serde_json::from_slice(body) {
+    match crate::json::parse(body) {
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(_) => Err(ApiError::bad_request(
             "the request body must be a JSON object",
         )),
         Err(e) => Err(ApiError::bad_request(format!(
-            "the request body is not valid JSON: {e}"
+            "the request body is not accepted: {e}"
         ))),
     }
 }

@@ -81,10 +81,10 @@ async fn call(st: &AppState, cmd: WorkflowCmd) -> Result<Bytes, ApiError> {
 }
 
 pub async fn create(State(st): State<AppState>, body: Bytes) -> Response {
-    let definition: Value = match serde_json::from_slice(&body) {
+    let definition: Value = match crate::json::parse(&body) {
         Ok(v) => v,
         Err(e) => {
-            let msg = format!("the request body is not valid JSON: {e}");
+            let msg = format!("the request body is not accepted: {e}");
             return ApiError::bad_request(msg).into_response();
         }
     };

@@ -120,7 +120,7 @@ async fn session(socket: WebSocket, engine: EngineHandle) {
 impl Session {
     /// Act on one client message; the reply, if it was not sent already.
     async fn handle(&mut self, raw: &str) -> Option<Message> {
-        let obj = match serde_json::from_str::<Value>(raw) {
+        let obj = match crate::json::parse::<Value>(raw.as_bytes()) {
             Ok(Value::Object(m)) => m,
             Ok(_) => return Some(bad("a message must be a JSON object")),
             Err(e) => return Some(bad(&format!("invalid JSON: {e}"))),

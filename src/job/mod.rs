@@ -241,8 +241,14 @@ impl Job {
         }
     }
 
+    /// The trace id of ojs-events §8.3: `meta.trace_id`, or the trace-id part of a W3C
+    /// `meta.traceparent` (`version-traceid-spanid-flags`).
     pub fn trace_id(&self) -> Option<&str> {
-        self.meta.get("trace_id").and_then(Value::as_str)
+        if let Some(t) = self.meta.get("trace_id").and_then(Value::as_str) {
+            return Some(t);
+        }
+        let tp = self.meta.get("traceparent").and_then(Value::as_str)?;
+        tp.split('-').nth(1)
     }
 }
 

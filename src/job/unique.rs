@@ -160,6 +160,7 @@ impl UniquePolicy {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => {
                 let d = parse_duration(s).map_err(|e| bad(format!("unique.period: {e}")))?;
+                crate::time::check_duration("unique.period", d).map_err(bad)?;
                 let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
                 if ms <= 0 {
                     return Err(bad("unique.period must be at least 1 millisecond"));

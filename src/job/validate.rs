@@ -140,9 +140,11 @@ fn is_lowercase_uuid_v7(s: &str) -> bool {
 
 /// An RFC 3339 timestamp with a time zone, kept as the client wrote it.
 fn take_timestamp(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>, OjsError> {
-    let must_be = r#"an RFC 3339 timestamp with a time zone, e.g. "2026-03-15T09:30:00Z""#;
+    let must_be = r#"an RFC 3339 timestamp with a time zone, no later than 9999-12-31T23:59:59Z, e.g. "2026-03-15T09:30:00Z""#;
     take(map, key, ErrorCode::InvalidPayload, must_be, |v| {
-        string(v).filter(|s| DateTime::parse_from_rfc3339(s).is_ok())
+        string(v).filter(|s| {
+            super::parse_ts(s).is_some_and(|t| crate::time::check_timestamp(key, t).is_ok())
+        })
     })
 }
 
@@ -160,6 +162,13 @@ pub fn parse_new_job(
     if encoded_len > max {
         let message = format!("job envelope is {encoded_len} bytes; the limit is {max}");
         return Err(err(PayloadTooLarge, message));
+    }
+    // A composed job (a workflow step with its `parent_results`) can be deeper than any
+    // one client document; past this it could be stored but not read back.
+    let max_depth = crate::json::MAX_STORED_DEPTH;
+    if crate::json::depth(&value) > max_depth {
+        let message = format!("job is nested deeper than {max_depth} levels");
+        return Err(err(InvalidPayload, message));
     }
     let Value::Object(mut map) = value else {
         return Err(payload("job must be a JSON object"));
@@ -193,8 +202,13 @@ pub fn parse_new_job(
 
     let i64_range = "an integer between -2^63 and 2^63-1";
     let priority = take(m, "priority", InvalidPayload, i64_range, |v| v.as_i64())?;
-    let seconds = "a non-negative integer number of seconds (0 = default)";
-    let timeout = take(m, "timeout", InvalidPayload, seconds, |v| v.as_u64())?;
+    let seconds = format!(
+        "a non-negative integer number of seconds (0 = default), at most {}",
+        crate::time::MAX_TIMEOUT_SECS
+    );
+    let timeout = take(m, "timeout", InvalidPayload, &seconds, |v| {
+        v.as_u64().filter(|t| *t <= crate::time::MAX_TIMEOUT_SECS)
+    })?;
     let scheduled_at = take_timestamp(m, "scheduled_at")?;
     let expires_at = take_timestamp(m, "expires_at")?;
     let retry = RetryPolicy::from_json(m.shift_remove("retry").as_ref())?;

@@ -78,10 +78,10 @@ fn split_verb(line: &str) -> (&str, &str) {
 }
 
 fn object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
-    match serde_json::from_str(payload) {
+    match crate::json::parse(payload.as_bytes()) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(malformed(format!("{verb} payload must be a JSON object"))),
-        Err(e) => Err(malformed(format!("{verb}: invalid JSON: {e}"))),
+        Err(e) => Err(malformed(format!("{verb}: {e}"))),
     }
 }
 

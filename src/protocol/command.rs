@@ -91,7 +91,7 @@ fn json_payload(verb: &str, payload: &str) -> OjsResult<Value> {
     if payload.is_empty() {
         return Err(malformed(format!("{verb} needs a JSON payload")));
     }
-    serde_json::from_str(payload).map_err(|e| malformed(format!("{verb}: invalid JSON: {e}")))
+    crate::json::parse(payload.as_bytes()).map_err(|e| malformed(format!("{verb}: {e}")))
 }
 
 fn json_object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
@@ -231,7 +231,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             })
         }
         "PUSHB" => {
-            let raws: Vec<Box<RawValue>> = serde_json::from_str(payload)
+            let raws: Vec<Box<RawValue>> = crate::json::parse(payload.as_bytes())
                 .map_err(|e| malformed(format!("PUSHB payload must be a JSON array: {e}")))?;
             if raws.is_empty() {
                 return Err(malformed("PUSHB needs at least one job"));

@@ -36,8 +36,8 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
             if rest.is_empty() {
                 return Err(malformed("WORKFLOW CREATE needs a JSON definition"));
             }
-            let definition = serde_json::from_str(rest)
-                .map_err(|e| malformed(format!("WORKFLOW CREATE: invalid JSON: {e}")))?;
+            let definition = crate::json::parse(rest.as_bytes())
+                .map_err(|e| malformed(format!("WORKFLOW CREATE: {e}")))?;
             WorkflowCmd::Create { definition }
         }
         "GET" => WorkflowCmd::Get(id("WORKFLOW GET", rest)?),
