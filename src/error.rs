@@ -25,6 +25,8 @@ pub enum ErrorCode {
     // §4.4 resource
     NotFound,
     PayloadTooLarge,
+    /// `--max-queued-bytes` reached (ojs-errors §4.4, retryable).
+    QueueFull,
     // §4.6 backend
     BackendError,
     BackendUnavailable,
@@ -52,6 +54,7 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => "UNAUTHENTICATED",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::QueueFull => "QUEUE_FULL",
             ErrorCode::BackendError => "BACKEND_ERROR",
             ErrorCode::BackendUnavailable => "BACKEND_UNAVAILABLE",
             ErrorCode::UnknownCommand => "UNKNOWN_COMMAND",

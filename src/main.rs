@@ -55,6 +55,10 @@ struct Args {
     /// How long an empty FETCH waits for a job, milliseconds.
     #[arg(long, env = "OJSD_FETCH_WAIT_MS", default_value_t = 2000)]
     fetch_wait_ms: u64,
+    /// Most bytes of unfinished jobs (encoded envelopes) held at once; a PUSH past it is
+    /// refused with QUEUE_FULL. 0 = no limit.
+    #[arg(long, env = "OJSD_MAX_QUEUED_BYTES", default_value_t = engine::DEFAULT_MAX_QUEUED_BYTES)]
+    max_queued_bytes: u64,
     /// Page cache of the embedded database, MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
@@ -121,6 +125,7 @@ fn run(args: Args) -> Result<(), String> {
         heartbeat_timeout: Duration::from_secs(args.heartbeat_timeout),
         fetch_wait: Duration::from_millis(args.fetch_wait_ms),
         test_clock: args.test_clock,
+        max_queued_bytes: args.max_queued_bytes,
         ..Config::default()
     };
     let (handle, engine_thread) = engine::start(Box::new(store), cfg).map_err(|e| e.to_string())?;

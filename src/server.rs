@@ -238,8 +238,10 @@ async fn connection(
                 Ok(Command::Hello(_)) => {
                     Pending::Ready(err(ErrorCode::MalformedCommand, "HELLO was already sent"))
                 }
-                Ok(cmd @ Command::Fetch { .. }) => Pending::Fetch(engine.submit(wid.clone(), cmd)),
-                Ok(cmd) => Pending::Wait(engine.submit(wid.clone(), cmd)),
+                Ok(cmd @ Command::Fetch { .. }) => {
+                    Pending::Fetch(engine.submit(wid.clone(), cmd, line.len()).await)
+                }
+                Ok(cmd) => Pending::Wait(engine.submit(wid.clone(), cmd, line.len()).await),
                 Err(e) => Pending::Ready(Reply::Error(e)),
             },
         };

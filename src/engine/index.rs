@@ -32,6 +32,9 @@ pub struct Entry {
     pub expires: Option<i64>,
     pub worker: Option<std::sync::Arc<str>>,
     pub timeout_ms: i64,
+    /// The envelope's encoded size, counted in `Index::queued_bytes` while the job is not
+    /// terminal.
+    pub bytes: u32,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -91,6 +94,8 @@ pub struct Index {
     pub next_seq: u64,
     /// The job count last written to the store for the next start (`note_job_count`).
     pub jobs_noted: usize,
+    /// Encoded bytes of every job not yet terminal (`--max-queued-bytes`).
+    pub queued_bytes: u64,
 }
 
 impl Index {
@@ -145,6 +150,9 @@ impl Index {
             }
         }
         self.queues[q as usize].counts[state_slot(state)] += 1;
+        if !state.is_terminal() {
+            self.queued_bytes = self.queued_bytes.saturating_add(entry.bytes.into());
+        }
         self.jobs.insert(id, entry);
     }
 
@@ -156,6 +164,11 @@ impl Index {
         };
         let from = e.state;
         let q = e.queue as usize;
+        match (from.is_terminal(), to.is_terminal()) {
+            (false, true) => self.queued_bytes = self.queued_bytes.saturating_sub(e.bytes.into()),
+            (true, false) => self.queued_bytes = self.queued_bytes.saturating_add(e.bytes.into()),
+            _ => {}
+        }
         if let Some((due, kind)) = e.timer.take() {
             self.timers.remove(&(due, id, kind));
         }
@@ -212,6 +225,9 @@ impl Index {
         }
         if let Some(due) = e.expires {
             self.timers.remove(&(due, id, TimerKind::Expire));
+        }
+        if !e.state.is_terminal() {
+            self.queued_bytes = self.queued_bytes.saturating_sub(e.bytes.into());
         }
         let q = &mut self.queues[e.queue as usize];
         q.counts[state_slot(e.state)] -= 1;
@@ -324,6 +340,7 @@ mod tests {
             expires: None,
             worker: None,
             timeout_ms: 1000,
+            bytes: 0,
         }
     }
 

@@ -47,6 +47,8 @@ pub struct Prepared {
     /// The encoded client part. Left out for unique jobs: admitting one may rewrite its
     /// `scheduled_at` (replace_except_schedule), and the engine encodes it afterwards.
     parts: Option<Parts>,
+    /// The envelope's size on the wire, counted against `--max-queued-bytes`.
+    pub len: usize,
 }
 
 impl Prepared {
@@ -56,7 +58,12 @@ impl Prepared {
         let id = Uuid::parse_str(&new.job.id)
             .map_err(|_| OjsError::new(ErrorCode::InvalidPayload, "id must be a UUIDv7"))?;
         let parts = new.job.unique.is_none().then(|| Parts::of(&new.job));
-        Ok(Prepared { id, new, parts })
+        Ok(Prepared {
+            id,
+            new,
+            parts,
+            len,
+        })
     }
 }
 
@@ -71,13 +78,34 @@ impl Engine {
                 format!("a job with id {id} already exists"),
             ));
         }
+        self.check_queued_bytes(p.len as u64)?;
         Ok((id, p))
+    }
+
+    /// Refuse new jobs of `more` bytes when the jobs not yet finished already hold
+    /// `--max-queued-bytes` (0 = no limit), so no client can fill the host's memory and disk
+    /// within the per-job limit.
+    pub(super) fn check_queued_bytes(&self, more: u64) -> OjsResult<()> {
+        let max = self.cfg.max_queued_bytes;
+        let held = self.index.queued_bytes;
+        if max > 0 && held.saturating_add(more) > max {
+            return Err(OjsError::new(
+                ErrorCode::QueueFull,
+                format!(
+                    "the server holds {held} bytes of unfinished jobs and the limit \
+                     (--max-queued-bytes) is {max}; retry once jobs complete"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Store a validated job (PUSH and PUSHB themselves, with the uniqueness check, are
     /// in unique.rs).
     pub(super) fn insert_new(&mut self, txn: &mut Txn, id: Uuid, p: Prepared) {
-        let Prepared { new, parts, .. } = p;
+        let Prepared {
+            new, parts, len, ..
+        } = p;
         let NewJob { mut job, pending } = new;
         let now_ms = self.now_ms();
         let scheduled = job.scheduled_time().map(|t| t.timestamp_millis());
@@ -102,6 +130,7 @@ impl Engine {
             expires: job.expires_time().map(|t| t.timestamp_millis()),
             worker: None,
             timeout_ms: crate::time::timeout_ms(job.timeout_secs(self.cfg.default_timeout_secs)),
+            bytes: u32::try_from(len).unwrap_or(u32::MAX),
         };
         self.index.insert(id, entry);
         match state {

@@ -39,9 +39,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use txn::{Out, Txn};
 use workers::Workers;
+
+/// The default `--max-queued-bytes`: 2 GiB of unfinished job envelopes.
+pub const DEFAULT_MAX_QUEUED_BYTES: u64 = 2 << 30;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -59,6 +62,9 @@ pub struct Config {
     pub fetch_wait: Duration,
     /// Most commands applied in one group commit.
     pub max_batch: usize,
+    /// Most bytes of unfinished job envelopes held; PUSH past it gets `QUEUE_FULL`. 0 = no
+    /// limit.
+    pub max_queued_bytes: u64,
     pub test_clock: bool,
     pub events: EventConfig,
 }
@@ -74,6 +80,7 @@ impl Default for Config {
             heartbeat_timeout: Duration::from_secs(45),
             fetch_wait: Duration::from_secs(2),
             max_batch: 4096,
+            max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
             test_clock: false,
             events: EventConfig::default(),
         }
@@ -85,7 +92,17 @@ struct Request {
     wid: Option<Arc<str>>,
     work: Work,
     reply: oneshot::Sender<Reply>,
+    /// Its share of the queue bound, given back when the engine takes the request up.
+    permit: Option<OwnedSemaphorePermit>,
 }
+
+/// The bound on requests queued for the engine thread, in permits: each request takes one
+/// permit plus one per [`PERMIT_BYTES`] of its command line, so the queue holds at most
+/// 8,192 requests or about 128 MiB of payload. A full queue makes `submit` wait, which
+/// stops the submitting connection from reading: a flood slows its producers instead of
+/// growing the server's memory.
+pub const QUEUE_PERMITS: usize = 8192;
+pub const PERMIT_BYTES: usize = 16 * 1024;
 
 /// A command as the engine thread receives it. `submit` parses, validates and encodes the
 /// envelopes of PUSH and PUSHB on the caller's thread, so the engine thread, which every
@@ -139,15 +156,36 @@ enum Msg {
 pub struct EngineHandle {
     tx: Sender<Msg>,
     limits: Limits,
+    queue: Arc<Semaphore>,
     pub connections: Arc<AtomicUsize>,
 }
 
 impl EngineHandle {
-    /// Queue a command; the receiver resolves once the engine has committed and replied.
-    pub fn submit(&self, wid: Option<Arc<str>>, cmd: Command) -> oneshot::Receiver<Reply> {
+    /// Queue a command of `bytes` bytes on the wire, waiting first while the engine's
+    /// queue is full ([`QUEUE_PERMITS`]); the receiver resolves once the engine has
+    /// committed and replied.
+    pub async fn submit(
+        &self,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+        bytes: usize,
+    ) -> oneshot::Receiver<Reply> {
+        let weight = (1 + bytes / PERMIT_BYTES).min(QUEUE_PERMITS);
+        // The semaphore is never closed; if it were, the request would go unbounded.
+        let permit = self
+            .queue
+            .clone()
+            .acquire_many_owned(weight as u32)
+            .await
+            .ok();
         let (reply, rx) = oneshot::channel();
         let work = Work::of(cmd, &self.limits);
-        let req = Request { wid, work, reply };
+        let req = Request {
+            wid,
+            work,
+            reply,
+            permit,
+        };
         if let Err(e) = self.tx.send(Msg::Request(req)) {
             // The engine is gone (shutting down or failed); answer for it.
             if let Msg::Request(req) = e.0 {
@@ -157,8 +195,16 @@ impl EngineHandle {
         rx
     }
 
+    /// Submit and wait for the reply. The weight counts the job envelopes of PUSH and
+    /// PUSHB (other in-process commands are small).
     pub async fn call(&self, wid: Option<Arc<str>>, cmd: Command) -> Reply {
-        self.submit(wid, cmd)
+        let bytes = match &cmd {
+            Command::Push { len, .. } => *len,
+            Command::PushBatch(jobs) => jobs.iter().map(|(_, l)| *l).sum(),
+            _ => 0,
+        };
+        self.submit(wid, cmd, bytes)
+            .await
             .await
             .unwrap_or_else(|_| unavailable())
     }
@@ -309,6 +355,7 @@ pub fn start(
     let handle = EngineHandle {
         tx,
         limits,
+        queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
         connections,
     };
     Ok((handle, thread))
@@ -432,7 +479,13 @@ impl Engine {
     }
 
     fn handle(&mut self, req: Request, txn: &mut Txn) {
-        let Request { wid, work, reply } = req;
+        let Request {
+            wid,
+            work,
+            reply,
+            permit,
+        } = req;
+        drop(permit);
         if let Some(w) = &wid {
             let now = self.now_ms();
             self.workers.touch(w, now);
@@ -458,7 +511,15 @@ impl Engine {
             // `submit` prepares these; a command that arrives otherwise is prepared here.
             cmd @ (Command::Push { .. } | Command::PushBatch(_)) => {
                 let work = Work::of(cmd, &self.cfg.limits);
-                return self.handle(Request { wid, work, reply }, txn);
+                return self.handle(
+                    Request {
+                        wid,
+                        work,
+                        reply,
+                        permit: None,
+                    },
+                    txn,
+                );
             }
             Command::Fetch { queues, count } => {
                 match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
@@ -590,3 +651,49 @@ pub(crate) fn connections_open(c: &AtomicUsize) -> usize {
 }
 #[cfg(test)]
 mod extremes_tests;
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+
+    /// A handle whose engine never drains its channel.
+    fn stalled() -> (EngineHandle, Receiver<Msg>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let handle = EngineHandle {
+            tx,
+            limits: Limits::default(),
+            queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
+            connections: Arc::new(AtomicUsize::new(0)),
+        };
+        (handle, rx)
+    }
+
+    #[test]
+    fn a_full_queue_makes_submitters_wait_until_the_engine_takes_requests() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (h, rx) = stalled();
+        rt.block_on(async {
+            // One large request (1 MiB: 65 permits) and small ones fill the bound.
+            let _big = h.submit(None, Command::Info, 1 << 20).await;
+            for _ in 0..QUEUE_PERMITS - 65 {
+                drop(h.submit(None, Command::Info, 10).await);
+            }
+            assert_eq!(rx.len(), QUEUE_PERMITS - 64);
+            let next = h.submit(None, Command::Info, 10);
+            tokio::pin!(next);
+            let waited = tokio::time::timeout(Duration::from_millis(100), next.as_mut()).await;
+            assert!(waited.is_err(), "a full queue must hold the submitter");
+            // The engine takes the big one up: its permits come back and the next goes in.
+            match rx.recv().unwrap() {
+                Msg::Request(req) => drop(req),
+                _ => unreachable!(),
+            }
+            tokio::time::timeout(Duration::from_secs(5), next)
+                .await
+                .expect("admitted once permits are back");
+        });
+    }
+}

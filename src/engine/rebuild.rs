@@ -186,6 +186,7 @@ impl Scanner {
                 expires: h.expires_at,
                 worker: None,
                 timeout_ms: crate::time::timeout_ms(timeout),
+                bytes: u32::try_from(record.body.len()).unwrap_or(u32::MAX),
             },
         });
     }

@@ -49,17 +49,28 @@ pub struct Txn {
 
 /// Recently written, not yet finished jobs, decoded, with their encoded client part: a
 /// FETCH shortly after PUSH, or an ACK shortly after FETCH, neither reads nor decodes the
-/// stored record nor re-encodes the envelope. Bounded; the oldest insertions go first.
+/// stored record nor re-encodes the envelope. Bounded in jobs and in bytes; the oldest
+/// insertions go first. Large jobs are never kept: decoded, a JSON payload takes several
+/// times its encoded size, and a queue of 1 MiB jobs held that way took 4.3x the payload
+/// in memory. Those are read from the store when touched.
 pub struct JobCache {
     map: HashMap<Uuid, (u64, Job, Parts)>,
     /// Insertion order as (id, tick); an entry whose tick no longer matches is stale.
     order: VecDeque<(Uuid, u64)>,
     tick: u64,
     cap: usize,
+    /// Encoded bytes of the cached jobs' client parts.
+    bytes: usize,
 }
 
 /// Jobs kept decoded: about 2 KiB each with ~300 bytes of args, so ~32 MiB at most.
 const CACHE_JOBS: usize = 16_384;
+
+/// Most encoded client bytes kept decoded in all (~4x that in memory).
+const CACHE_BYTES: usize = 16 << 20;
+
+/// Jobs larger than this (encoded client part) are not cached.
+const CACHE_JOB_MAX_BYTES: usize = 16 << 10;
 
 impl Default for JobCache {
     fn default() -> Self {
@@ -74,22 +85,27 @@ impl JobCache {
             order: VecDeque::new(),
             tick: 0,
             cap,
+            bytes: 0,
         }
     }
 
     fn put(&mut self, id: Uuid, job: Job, parts: Parts) {
-        if self.cap == 0 {
+        if self.cap == 0 || parts.len() > CACHE_JOB_MAX_BYTES {
+            self.remove(id);
             return;
         }
         self.tick += 1;
-        self.map.insert(id, (self.tick, job, parts));
+        self.bytes += parts.len();
+        if let Some((_, _, old)) = self.map.insert(id, (self.tick, job, parts)) {
+            self.bytes -= old.len();
+        }
         self.order.push_back((id, self.tick));
-        while self.map.len() > self.cap {
+        while self.map.len() > self.cap || self.bytes > CACHE_BYTES {
             let Some((old, tick)) = self.order.pop_front() else {
                 break;
             };
             if self.map.get(&old).is_some_and(|e| e.0 == tick) {
-                self.map.remove(&old);
+                self.remove(old);
             }
         }
         // Jobs taken and put back leave stale order entries; drop them now and then.
@@ -101,7 +117,9 @@ impl JobCache {
     }
 
     fn take(&mut self, id: Uuid) -> Option<(Job, Parts)> {
-        self.map.remove(&id).map(|(_, job, parts)| (job, parts))
+        let (_, job, parts) = self.map.remove(&id)?;
+        self.bytes -= parts.len();
+        Some((job, parts))
     }
 
     fn get(&self, id: Uuid) -> Option<(&Job, &Parts)> {
@@ -109,7 +127,9 @@ impl JobCache {
     }
 
     fn remove(&mut self, id: Uuid) {
-        self.map.remove(&id);
+        if let Some((_, _, parts)) = self.map.remove(&id) {
+            self.bytes -= parts.len();
+        }
     }
 
     #[cfg(test)]
@@ -391,6 +411,31 @@ mod tests {
         );
         c.remove(jobs[4].0);
         assert!(c.take(jobs[4].0).is_none());
+    }
+
+    #[test]
+    fn cache_keeps_no_large_job_and_bounds_its_bytes() {
+        let mut c = JobCache::with_capacity(1 << 20);
+        let (id, mut j, _) = job(0);
+        j.args = vec![serde_json::Value::String(
+            "x".repeat(CACHE_JOB_MAX_BYTES + 1),
+        )];
+        let p = Parts::of(&j);
+        c.put(id, j.clone(), p);
+        assert!(
+            c.get(id).is_none(),
+            "a large job is read from the store instead"
+        );
+        // Many mid-sized jobs: the byte bound holds however many fit the count bound.
+        j.args = vec![serde_json::Value::String(
+            "x".repeat(CACHE_JOB_MAX_BYTES / 2),
+        )];
+        for _ in 0..(4 * CACHE_BYTES / CACHE_JOB_MAX_BYTES) {
+            c.put(Uuid::now_v7(), j.clone(), Parts::of(&j));
+        }
+        assert!(c.bytes <= CACHE_BYTES, "{} bytes cached", c.bytes);
+        let counted: usize = c.map.values().map(|(_, _, p)| p.len()).sum();
+        assert_eq!(counted, c.bytes);
     }
 
     #[test]

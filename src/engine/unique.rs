@@ -145,6 +145,11 @@ impl Engine {
             }
             valid.push((id, new));
         }
+        let total: u64 = valid.iter().map(|(_, p)| p.len as u64).sum();
+        self.check_queued_bytes(total).map_err(|e| OjsError {
+            code: e.code,
+            message: format!("{}; no job was enqueued", e.message),
+        })?;
         let mut overlay = Overlay::default();
         let mut planned = Vec::with_capacity(valid.len());
         for (i, (id, mut new)) in valid.into_iter().enumerate() {

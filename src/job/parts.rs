@@ -88,6 +88,15 @@ fn object_body<T: Serialize>(value: &T, open: bool) -> Vec<u8> {
 }
 
 impl Parts {
+    /// Bytes of the encoded client part.
+    pub fn len(&self) -> usize {
+        self.core.len() + self.extra.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn of(job: &Job) -> Parts {
         let core = CoreView {
             specversion: &job.specversion,
