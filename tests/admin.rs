@@ -360,6 +360,18 @@ fn queue_list_stats_and_purge_figures() {
     assert_eq!((st, v["counts"]["available"].clone()), (200, json!(1)));
     let (st, v) = http(h, "GET", "/ojs/v1/admin/queues", "");
     assert_eq!((st, v["pagination"]["total"].clone()), (200, json!(2)));
+    // page and per_page are honoured on the queue list (they were ignored).
+    let (_, first) = http(h, "GET", "/ojs/v1/admin/queues?per_page=1", "");
+    let (_, second) = http(h, "GET", "/ojs/v1/admin/queues?per_page=1&page=2", "");
+    assert_eq!(
+        first["pagination"],
+        json!({"total": 2, "page": 1, "per_page": 1})
+    );
+    let (a, b) = (&first["items"], &second["items"]);
+    assert_eq!((a.as_array().unwrap().len(), b.as_array().unwrap().len()), (1, 1));
+    assert_ne!(a[0]["name"], b[0]["name"]);
+    let (_, past) = http(h, "GET", "/ojs/v1/admin/queues?per_page=1&page=3", "");
+    assert_eq!(past["items"], json!([]));
     let (st, v) = http(
         h,
         "DELETE",

@@ -130,13 +130,44 @@ fn query_pairs(
         .map_err(|e| ApiError::bad_request(e.body_text()))
 }
 
-async fn queues(State(st): State<AppState>) -> Res {
+/// `?page=&per_page=` of a list route (ojs-admin-api pagination): page from 1, per_page
+/// 1..=1000, default 50.
+fn page_of(
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<(usize, usize), ApiError> {
+    let (mut page, mut per_page) = (1usize, 50usize);
+    for (k, v) in query_pairs(q)? {
+        let num = || {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("{k} must be a non-negative integer")))
+        };
+        match k.as_str() {
+            "page" => page = num()?.max(1),
+            "per_page" => per_page = num()?.clamp(1, 1000),
+            _ => {}
+        }
+    }
+    Ok((page, per_page))
+}
+
+/// One page of `items`, with the pagination object.
+fn paged(items: &Value, (page, per_page): (usize, usize)) -> (Value, Value) {
+    let all = items.as_array().map(Vec::as_slice).unwrap_or_default();
+    let from = (page - 1).saturating_mul(per_page).min(all.len());
+    let to = from.saturating_add(per_page).min(all.len());
+    let pagination = json!({"total": all.len(), "page": page, "per_page": per_page});
+    (Value::Array(all[from..to].to_vec()), pagination)
+}
+
+async fn queues(
+    State(st): State<AppState>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Res {
+    let at = page_of(q)?;
     let v = call_json(&st, Command::Queue(QueueCmd::List)).await?;
-    let total = v["total"].clone();
-    Ok(ok_json(&json!({
-        "items": v["queues"],
-        "pagination": {"total": total, "page": 1, "per_page": total},
-    })))
+    let (items, pagination) = paged(&v["queues"], at);
+    Ok(ok_json(&json!({"items": items, "pagination": pagination})))
 }
 
 async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Res {
@@ -159,13 +190,17 @@ async fn purge(State(st): State<AppState>, Path(name): Path<String>, body: Bytes
     Ok(ok_json(&call_json(&st, Command::Queue(cmd)).await?))
 }
 
-async fn workers(State(st): State<AppState>) -> Res {
+async fn workers(
+    State(st): State<AppState>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Res {
+    let at = page_of(q)?;
     let v = call_json(&st, Command::Workers).await?;
-    let total = v["total"].clone();
+    let (items, pagination) = paged(&v["workers"], at);
     Ok(ok_json(&json!({
-        "items": v["workers"],
+        "items": items,
         "summary": v["summary"],
-        "pagination": {"total": total, "page": 1, "per_page": total},
+        "pagination": pagination,
     })))
 }
 

@@ -1,6 +1,7 @@
 //! `GET /ojs/v1/events`: HTTP polling (ojs-events §6.4).
 //!
-//! `{"events": [...], "cursor": "<last cursor covered>", "has_more": bool}`. The cursor
+//! `{"events": [...], "cursor": <last cursor covered>, "has_more": bool}`. The cursor is a
+//! number, like the `cursor` every event carries (PROTOCOL.md §10). The cursor
 //! is where the read stopped, which may be past the last event returned (events the filter
 //! left out were still read), so `?after=<cursor>` continues without a gap or a repeat.
 //! `has_more` is true when the read stopped before the head of the log, even if what is
@@ -34,7 +35,7 @@ pub async fn poll(
     }
     body.extend_from_slice(
         format!(
-            "],\"cursor\":\"{}\",\"has_more\":{}}}",
+            "],\"cursor\":{},\"has_more\":{}}}",
             page.last, page.has_more
         )
         .as_bytes(),
