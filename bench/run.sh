@@ -3,7 +3,7 @@
 # and a free loopback port, drives it with ojsd-bench, reads the server's memory and CPU from
 # /proc, prints a table, and cleans up after itself.
 #
-#   bench/run.sh steady|latency|million|restart|idle|all
+#   bench/run.sh steady|latency|million|restart|idle|bigjobs|all
 #
 # Sizes (env vars; defaults are the issue's full sizes):
 #   STEADY_ONE_JOBS=100000   STEADY_BATCH_JOBS=300000   BATCH=100
@@ -13,6 +13,7 @@
 #   LAT_SECONDS=30           length of the latency run
 #   MILLION_JOBS=1000000     jobs queued for `million` and `restart`
 #   IDLE_CONNS=1000 IDLE_SECONDS=30
+#   BIG_JOBS=1000 BIG_BYTES=1000000   `bigjobs`: RSS per MiB of large jobs queued
 #   REPEAT=1                 runs of each steady and latency measurement, each on a fresh
 #                            server; with more than one, the table shows the median and
 #                            the range (min–max), and the verdict is the median's
@@ -23,9 +24,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SCENARIO=${1:-all}
 case "$SCENARIO" in
-steady | latency | million | restart | idle | all) ;;
+steady | latency | million | restart | idle | bigjobs | all) ;;
 *)
-    echo "usage: $0 steady|latency|million|restart|idle|all" >&2
+    echo "usage: $0 steady|latency|million|restart|idle|bigjobs|all" >&2
     exit 2
     ;;
 esac
@@ -41,6 +42,8 @@ LAT_SECONDS=${LAT_SECONDS:-30}
 MILLION_JOBS=${MILLION_JOBS:-1000000}
 IDLE_CONNS=${IDLE_CONNS:-1000}
 IDLE_SECONDS=${IDLE_SECONDS:-30}
+BIG_JOBS=${BIG_JOBS:-1000}
+BIG_BYTES=${BIG_BYTES:-1000000}
 OUT_DIR=${OUT_DIR:-}
 REPEAT=${REPEAT:-1}
 
@@ -238,7 +241,33 @@ scenario_idle() {
     stop_server
 }
 
+# Large jobs queued: what the server holds in memory per MiB of payload (issue D4: it was
+# 4.3x while the engine kept recent jobs decoded), on disk, and after a restart.
+scenario_bigjobs() {
+    start_server "$TMP/big"
+    echo "== bigjobs: $BIG_JOBS jobs of ~$BIG_BYTES bytes" >&2
+    local base
+    base=$(kib "$SERVER_PID" VmRSS)
+    bench_run bigfill --fill "$BIG_JOBS" --payload "$BIG_BYTES" --batch 1 --producers 2
+    sleep 2
+    local rss hwm disk payload_mib
+    rss=$(kib "$SERVER_PID" VmRSS)
+    hwm=$(kib "$SERVER_PID" VmHWM)
+    disk=$(du -sb "$TMP/big" | cut -f1)
+    payload_mib=$(python3 -c "print(round($BIG_JOBS*$BIG_BYTES/1048576, 1))")
+    row bigjobs "payload queued MiB" "$payload_mib" "" ""
+    row bigjobs "server VmRSS MiB (VmHWM)" "$(mib "$rss") ($(mib "$hwm"))" "" ""
+    row bigjobs "RSS growth per MiB queued" "$(python3 -c "print(round(($rss-$base)/1024/$payload_mib, 2))")" "" ""
+    row bigjobs "on-disk MiB" "$(mib $((disk / 1024)))" "" ""
+    stop_server
+    start_server "$TMP/big"
+    bench_run bigprobe --probe-restart --expect "$BIG_JOBS" --timeout 300
+    row bigjobs "VmRSS MiB after restart" "$(mib "$(kib "$SERVER_PID" VmRSS)")" "" ""
+    stop_server
+}
+
 case "$SCENARIO" in
+bigjobs) scenario_bigjobs ;;
 steady) scenario_steady ;;
 latency) scenario_latency ;;
 million) scenario_million ;;
