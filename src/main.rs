@@ -1,12 +1,12 @@
-//! The `ojsd` binary: parse flags, open the store, start the engine and the listener, and
-//! shut down cleanly on SIGTERM/SIGINT.
+//! The `ojsd` binary: parse flags, bind the listeners, open the store, start the engine,
+//! serve, and shut down cleanly on SIGTERM/SIGINT.
 
 use clap::Parser;
 use ojsd::engine::{self, Config};
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
 use ojsd::server::{self, ServerConfig};
-use ojsd::store::{SledStore, DEFAULT_CACHE_MB};
+use ojsd::store::{SledStore, StoreError, DEFAULT_CACHE_MB};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -58,8 +58,9 @@ struct Args {
     /// Page cache of the embedded database, MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
-    /// Log filter: error, warn, info, debug, trace (or a tracing directive).
-    #[arg(long, env = "OJSD_LOG_LEVEL", default_value = "info")]
+    /// Log filter: off, error, warn, info, debug, trace, or tracing directives that each
+    /// name a level (`warn,ojsd::server=debug`).
+    #[arg(long, env = "OJSD_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
     log_level: String,
     /// Let `CLOCK ADVANCE <secs>` move the engine clock. For tests only.
     #[arg(long, env = "OJSD_TEST_CLOCK")]
@@ -86,10 +87,28 @@ fn parse_http_listen(s: &str) -> Result<HttpListen, String> {
         .map_err(|e| format!("{e}; give an address like 127.0.0.1:7420, or off"))
 }
 
+/// `--log-level`: a level, or comma-separated tracing directives each of which names a
+/// level (`target=level`). tracing would take a bare word that is not a level (`infoo`) as
+/// a target name and log nothing of ojsd's, so that is refused rather than guessed at.
+fn parse_log_level(s: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    for d in s.split(',') {
+        let d = d.trim();
+        if !d.contains('=') && !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(d)) {
+            return Err(format!(
+                "`{d}` is not a level ({}) nor a target=level directive",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
 fn main() {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::new(&args.log_level);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -98,7 +117,8 @@ fn main() {
     let code = match run(args) {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!("{e}");
+            // One plain line, whatever --log-level says: it is why the process ended.
+            eprintln!("ojsd: {e}");
             1
         }
     };
@@ -106,9 +126,33 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), String> {
+    // The runtime exists first because tokio listeners register with it when made.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    // Both ports are bound before the data dir is touched: a port in use fails at once,
+    // creates no data dir, and takes no lock. While the store opens and the index is
+    // rebuilt, clients that connect wait in the listen backlog; none is refused.
+    let (listener, http_listener) = {
+        let _in_runtime = runtime.enter();
+        let listener = server::bind(args.listen)
+            .map_err(|e| format!("cannot listen on {} (--listen): {e}", args.listen))?;
+        let http_listener = match args.http_listen.0 {
+            Some(addr) => Some(
+                server::bind(addr)
+                    .map_err(|e| format!("cannot listen on {addr} (--http-listen): {e}"))?,
+            ),
+            None => None,
+        };
+        (listener, http_listener)
+    };
     let opening = std::time::Instant::now();
-    let store = SledStore::open(&args.data_dir, args.cache_mb * 1024 * 1024)
-        .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
+    let store =
+        SledStore::open(&args.data_dir, args.cache_mb * 1024 * 1024).map_err(|e| match e {
+            StoreError::Locked { .. } => e.to_string(),
+            e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
+        })?;
     tracing::info!(ms = opening.elapsed().as_millis() as u64, "store opened");
     let cfg = Config {
         limits: Limits {
@@ -123,25 +167,15 @@ fn run(args: Args) -> Result<(), String> {
         test_clock: args.test_clock,
         ..Config::default()
     };
-    let (handle, engine_thread) = engine::start(Box::new(store), cfg).map_err(|e| e.to_string())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let (handle, engine_thread) =
+        engine::start(Box::new(store), cfg).map_err(|e| format!("cannot start: {e}"))?;
     let server_cfg = Arc::new(ServerConfig {
         password: args.password.clone(),
         max_line: args.max_line_bytes,
     });
     let result = runtime.block_on(async move {
-        let listener = server::bind(args.listen)
-            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
-        let http_listener = match args.http_listen.0 {
-            Some(addr) => Some(
-                server::bind(addr).map_err(|e| format!("cannot listen on {addr} (http): {e}"))?,
-            ),
-            None => None,
-        };
+        // The two lines are printed once the rebuild is done and the server serves.
         // Tests and scripts read this line to learn the port when --listen ends in :0.
         println!("ojsd listening on {local}");
         // ... and this second one (only when HTTP is on) for the HTTP port.
