@@ -1,12 +1,14 @@
-//! The `ojsd` binary: parse flags, bind the listeners, open the store, start the engine,
-//! serve, and shut down cleanly on SIGTERM/SIGINT.
+//! The `ojsd` binary: parse flags (and the config file), bind the listeners, open the
+//! store, start the engine, serve, and shut down cleanly on SIGTERM/SIGINT.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use ojsd::config_file;
 use ojsd::engine::{self, Config};
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
 use ojsd::server::{self, ServerConfig};
 use ojsd::store::{SledStore, StoreError, DEFAULT_CACHE_MB};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,9 +20,16 @@ use std::time::Duration;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A durable background-job broker speaking the Open Job Spec over a Faktory-style protocol.
-#[derive(Parser, Debug)]
+///
+/// Every flag can also come from its `OJSD_*` environment variable or from the `--config`
+/// file; a flag wins over the variable, which wins over the file.
+#[derive(clap::Parser, Debug)]
 #[command(version, about)]
 struct Args {
+    /// A TOML file of settings: each key is a flag's long name (`max_line_bytes` or
+    /// `max-line-bytes`); see ojsd.toml.sample.
+    #[arg(long, env = "OJSD_CONFIG", value_name = "PATH")]
+    config: Option<PathBuf>,
     /// Address for the TCP protocol (port 0 picks a free port; the chosen address is printed).
     #[arg(long, env = "OJSD_LISTEN", default_value = "127.0.0.1:7419")]
     listen: SocketAddr,
@@ -106,8 +115,21 @@ fn parse_log_level(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// clap, with the config file's values (if there is one) as the defaults.
+fn parse_args() -> Args {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let mut cmd = Args::command();
+    if let Some(path) = config_file::config_path(&argv, std::env::var_os("OJSD_CONFIG")) {
+        cmd = config_file::apply(cmd, &path).unwrap_or_else(|msg| {
+            clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{msg}\n")).exit()
+        });
+    }
+    let matches = cmd.get_matches_from(argv);
+    Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() {
-    let args = Args::parse();
+    let args = parse_args();
     let filter = tracing_subscriber::EnvFilter::new(&args.log_level);
     tracing_subscriber::fmt()
         .with_env_filter(filter)

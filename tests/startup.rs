@@ -1,12 +1,15 @@
 //! How ojsd starts, and how it refuses to: ports bound before the data dir is touched, a
-//! data dir in use or in the way, a bad log level. Every case runs the real binary.
+//! data dir in use or in the way, a bad log level, and the config file with its precedence
+//! (flag > OJSD_* variable > file > built-in default). Every case runs the real binary.
 
 mod common;
 
 use common::call_json;
-use ojs_client::Client;
+use ojs_client::{Client, Reply};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -66,7 +69,12 @@ fn run_to_exit(mut cmd: Command) -> Exit {
 /// The one line a refusal prints on stderr (it must be exactly one).
 fn one_line(e: &Exit) -> &str {
     let lines: Vec<&str> = e.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "expected one stderr line, got {:?}", e.stderr);
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one stderr line, got {:?}",
+        e.stderr
+    );
     lines[0]
 }
 
@@ -89,7 +97,9 @@ impl Running {
             .expect("spawn ojsd");
         let mut line = String::new();
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        stdout.read_line(&mut line).expect("read the listening line");
+        stdout
+            .read_line(&mut line)
+            .expect("read the listening line");
         let addr = match line.trim().strip_prefix("ojsd listening on ") {
             Some(a) => a.to_string(),
             None => {
@@ -232,4 +242,242 @@ fn an_invalid_log_level_is_a_usage_error() {
         .arg("--data-dir")
         .arg(&data);
     let _ok = Running::start(cmd);
+}
+
+/// A PUSH line whose envelope is exactly `n` bytes.
+fn push_of_len(n: usize) -> String {
+    let head = r#"{"type":"big.job","args":[""#;
+    format!(r#"PUSH {head}{}"]}}"#, "x".repeat(n - head.len() - 3))
+}
+
+/// Whether the server takes an `n`-byte job (else it must refuse it as too large).
+fn takes(c: &mut Client, n: usize) -> bool {
+    match c.call(&push_of_len(n)).expect("PUSH") {
+        Reply::Bulk(_) => true,
+        Reply::Error { code, .. } if code == "PAYLOAD_TOO_LARGE" => false,
+        other => panic!("PUSH of {n} bytes: {other:?}"),
+    }
+}
+
+/// Whether `CLOCK ADVANCE` is on (`--test-clock`).
+fn test_clock_on(c: &mut Client) -> bool {
+    match c.call("CLOCK ADVANCE 1").expect("CLOCK") {
+        Reply::Simple(s) if s == "OK" => true,
+        Reply::Error { code, .. } if code == "UNKNOWN_COMMAND" => false,
+        other => panic!("CLOCK ADVANCE: {other:?}"),
+    }
+}
+
+#[test]
+fn config_file_values_apply_and_env_and_flags_override_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("ojsd.toml");
+    std::fs::write(
+        &config,
+        "# both spellings of a key are accepted\n\
+         max_job_bytes = 2000\n\
+         test-clock = true\n\
+         http_listen = \"off\"\n\
+         log_level = \"warn\"\n",
+    )
+    .unwrap();
+    let start = |n: usize, env: &[(&str, &str)], flags: &[&str]| {
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(tmp.path().join(format!("data{n}")))
+            .envs(env.iter().copied())
+            .args(flags);
+        Running::start(cmd)
+    };
+
+    // The file alone (named by OJSD_CONFIG): its limit and its flag apply.
+    let s = start(1, &[("OJSD_CONFIG", config.to_str().unwrap())], &[]);
+    let mut c = s.client();
+    assert!(takes(&mut c, 2000), "the file's limit admits 2000 bytes");
+    assert!(
+        !takes(&mut c, 3000),
+        "the file's limit (not 1 MiB) refuses 3000"
+    );
+    assert!(test_clock_on(&mut c), "test_clock = true from the file");
+    drop(s);
+
+    // A variable beats the file.
+    let cfg = format!("--config={}", config.display());
+    let env = [("OJSD_MAX_JOB_BYTES", "5000"), ("OJSD_TEST_CLOCK", "false")];
+    let s = start(2, &env, &[&cfg]);
+    let mut c = s.client();
+    assert!(
+        takes(&mut c, 3000),
+        "the variable's 5000 beats the file's 2000"
+    );
+    assert!(!takes(&mut c, 7000));
+    assert!(
+        !test_clock_on(&mut c),
+        "OJSD_TEST_CLOCK=false beats the file"
+    );
+    drop(s);
+
+    // A flag beats both.
+    let s = start(
+        3,
+        &env,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--max-job-bytes",
+            "10000",
+            "--test-clock",
+        ],
+    );
+    let mut c = s.client();
+    assert!(
+        takes(&mut c, 7000),
+        "the flag's 10000 beats the variable's 5000"
+    );
+    assert!(!takes(&mut c, 11000));
+    assert!(
+        test_clock_on(&mut c),
+        "--test-clock beats OJSD_TEST_CLOCK=false"
+    );
+}
+
+#[test]
+fn config_file_mistakes_are_usage_errors_naming_the_file_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        (
+            "unknown.toml",
+            Some("listen = \"127.0.0.1:0\"\nmax_lines = 5\n"),
+            "unknown key `max_lines`",
+        ),
+        (
+            "malformed.toml",
+            Some("listen = \"127.0.0.1:0\"\nmax_job_bytes = = 5\n"),
+            "not valid TOML at line 2, column ",
+        ),
+        (
+            "badvalue.toml",
+            Some("max_job_bytes = \"lots\"\n"),
+            "max_job_bytes = \"lots\": invalid digit",
+        ),
+        (
+            "twice.toml",
+            Some("max_job_bytes = 1\nmax-job-bytes = 2\n"),
+            "are the same setting",
+        ),
+        ("missing.toml", None, "cannot read it: "),
+    ];
+    for (name, text, expect) in cases {
+        let path = tmp.path().join(name);
+        if let Some(text) = text {
+            std::fs::write(&path, text).unwrap();
+        }
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .arg("--config")
+            .arg(&path)
+            .arg("--data-dir")
+            .arg(&data);
+        let e = run_to_exit(cmd);
+        assert_eq!(e.code, Some(2), "{name}: {}", e.stderr);
+        let line = one_line(&e);
+        let prefix = format!("error: config {}: ", path.display());
+        assert!(
+            line.starts_with(&prefix) && line.contains(expect),
+            "{name}: expected {prefix}...{expect}..., got {line}"
+        );
+        assert!(
+            !data.exists(),
+            "{name}: a refused config touched the data dir"
+        );
+    }
+}
+
+/// Every settable flag of `ojsd --help` with its default (`None` when it has none).
+fn flags_from_help() -> BTreeMap<String, Option<String>> {
+    let mut cmd = ojsd();
+    cmd.arg("--help");
+    let e = run_to_exit(cmd);
+    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    let mut flags = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in e.stdout.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("--") {
+            let name = rest.split([' ', '=']).next().unwrap().to_string();
+            flags.insert(name.clone(), None);
+            current = Some(name);
+        } else if t.starts_with("-h, --help") || t.starts_with("-V, --version") {
+            current = None;
+        } else if let (Some(name), Some(d)) = (&current, t.strip_prefix("[default: ")) {
+            flags.insert(name.clone(), Some(d.trim_end_matches(']').to_string()));
+        }
+    }
+    flags.remove("config");
+    flags
+}
+
+#[test]
+fn the_sample_config_lists_every_flag_with_its_default_and_is_accepted() {
+    let sample_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ojsd.toml.sample");
+    let sample = std::fs::read_to_string(&sample_path).expect("ojsd.toml.sample");
+    // Settings are the commented-out `# key = value` lines.
+    let mut settings = BTreeMap::new();
+    let mut lines = BTreeMap::new();
+    for line in sample.lines() {
+        let Some(rest) = line.strip_prefix("# ") else {
+            continue;
+        };
+        let Some((key, value)) = rest.split_once(" = ") else {
+            continue;
+        };
+        if key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            let flag = key.replace('_', "-");
+            settings.insert(flag.clone(), value.trim_matches('"').to_string());
+            lines.insert(flag, rest.to_string());
+        }
+    }
+    let flags = flags_from_help();
+    let missing: Vec<&String> = flags
+        .keys()
+        .filter(|f| !settings.contains_key(*f))
+        .collect();
+    let extra: Vec<&String> = settings
+        .keys()
+        .filter(|k| !flags.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "ojsd.toml.sample is out of date: flags missing from it {missing:?}, keys that are \
+         not flags {extra:?}"
+    );
+    for (flag, default) in &flags {
+        if let Some(default) = default {
+            assert_eq!(
+                &settings[flag], default,
+                "ojsd.toml.sample gives {flag} a value other than its default"
+            );
+        }
+    }
+
+    // Its settings that have a built-in default, uncommented, are accepted as they are
+    // (those without one, like password, are examples).
+    let uncommented: String = settings
+        .iter()
+        .filter(|(flag, _)| matches!(flags.get(*flag), Some(Some(_))))
+        .map(|(flag, _)| lines[flag].clone() + "\n")
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("all.toml");
+    std::fs::write(&config, uncommented).unwrap();
+    let mut cmd = ojsd();
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(tmp.path().join("data"));
+    let s = Running::start(cmd);
+    let mut c = s.client();
+    assert_eq!(c.info().expect("INFO")["totals"]["jobs"], 0);
 }
