@@ -75,7 +75,10 @@ pub fn apply_str(mut cmd: Command, text: &str) -> Result<Command, String> {
         let values = to_strings(arg, key, value)?;
         check(arg, &long, &values).map_err(|e| format!("{key} = {}: {e}", show(value)))?;
         let id = arg.get_id().clone();
-        cmd = cmd.mut_arg(id, |a| a.default_values(values));
+        // A secret (its variable's value hidden, like --password) must not show up in
+        // --help as "[default: ...]" either.
+        let secret = arg.is_hide_env_values_set();
+        cmd = cmd.mut_arg(id, |a| a.default_values(values).hide_default_value(secret));
     }
     Ok(cmd)
 }
@@ -191,6 +194,7 @@ mod tests {
             .arg(Arg::new("tag").long("tag").action(ArgAction::Append))
             .arg(Arg::new("flag").long("flag").action(ArgAction::SetTrue))
             .arg(Arg::new("config").long("config"))
+            .arg(Arg::new("secret").long("secret").hide_env_values(true))
     }
 
     fn parse(file: &str, argv: &[&str]) -> Result<ArgMatches, String> {
@@ -214,6 +218,16 @@ mod tests {
         let m = parse("", &[]).unwrap();
         assert_eq!(m.get_one::<u64>("max_line_bytes"), Some(&10));
         assert!(!m.get_flag("flag"));
+    }
+
+    #[test]
+    fn a_secret_from_the_file_stays_out_of_help() {
+        let mut c = apply_str(cmd(), "secret = \"hunter2\"\nname = \"shown\"").unwrap();
+        let help = c.render_long_help().to_string();
+        assert!(help.contains("[default: shown]"), "{help}");
+        assert!(!help.contains("hunter2"), "{help}");
+        let m = c.try_get_matches_from(Vec::<String>::new()).unwrap();
+        assert_eq!(m.get_one::<String>("secret").unwrap(), "hunter2");
     }
 
     #[test]
