@@ -1,12 +1,14 @@
-//! The `ojsd` binary: parse flags, open the store, start the engine and the listener, and
-//! shut down cleanly on SIGTERM/SIGINT.
+//! The `ojsd` binary: parse flags (and the config file), bind the listeners, open the
+//! store, start the engine, serve, and shut down cleanly on SIGTERM/SIGINT.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use ojsd::config_file;
 use ojsd::engine::{self, Config};
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
 use ojsd::server::{self, ServerConfig};
-use ojsd::store::{SledStore, DEFAULT_CACHE_MB};
+use ojsd::store::{SledStore, StoreError, DEFAULT_CACHE_MB};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,9 +20,16 @@ use std::time::Duration;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A durable background-job broker speaking the Open Job Spec over a Faktory-style protocol.
-#[derive(Parser, Debug)]
+///
+/// Every flag can also come from its `OJSD_*` environment variable or from the `--config`
+/// file; a flag wins over the variable, which wins over the file.
+#[derive(clap::Parser, Debug)]
 #[command(version, about)]
 struct Args {
+    /// A TOML file of settings: each key is a flag's long name (`max_line_bytes` or
+    /// `max-line-bytes`); see ojsd.toml.sample.
+    #[arg(long, env = "OJSD_CONFIG", value_name = "PATH")]
+    config: Option<PathBuf>,
     /// Address for the TCP protocol (port 0 picks a free port; the chosen address is printed).
     #[arg(long, env = "OJSD_LISTEN", default_value = "127.0.0.1:7419")]
     listen: SocketAddr,
@@ -62,8 +71,9 @@ struct Args {
     /// Page cache of the embedded database, MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
-    /// Log filter: error, warn, info, debug, trace (or a tracing directive).
-    #[arg(long, env = "OJSD_LOG_LEVEL", default_value = "info")]
+    /// Log filter: off, error, warn, info, debug, trace, or tracing directives that each
+    /// name a level (`warn,ojsd::server=debug`).
+    #[arg(long, env = "OJSD_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
     log_level: String,
     /// Let `CLOCK ADVANCE <secs>` move the engine clock. For tests only.
     #[arg(long, env = "OJSD_TEST_CLOCK")]
@@ -90,10 +100,41 @@ fn parse_http_listen(s: &str) -> Result<HttpListen, String> {
         .map_err(|e| format!("{e}; give an address like 127.0.0.1:7420, or off"))
 }
 
+/// `--log-level`: a level, or comma-separated tracing directives each of which names a
+/// level (`target=level`). tracing would take a bare word that is not a level (`infoo`) as
+/// a target name and log nothing of ojsd's, so that is refused rather than guessed at.
+fn parse_log_level(s: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    for d in s.split(',') {
+        let d = d.trim();
+        if !d.contains('=') && !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(d)) {
+            return Err(format!(
+                "`{d}` is not a level ({}) nor a target=level directive",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// clap, with the config file's values (if there is one) as the defaults.
+fn parse_args() -> Args {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let mut cmd = Args::command();
+    if let Some(path) = config_file::config_path(&argv, std::env::var_os("OJSD_CONFIG")) {
+        cmd = config_file::apply(cmd, &path).unwrap_or_else(|msg| {
+            clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{msg}\n")).exit()
+        });
+    }
+    let matches = cmd.get_matches_from(argv);
+    Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() {
-    let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let args = parse_args();
+    let filter = tracing_subscriber::EnvFilter::new(&args.log_level);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -102,7 +143,8 @@ fn main() {
     let code = match run(args) {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!("{e}");
+            // One plain line, whatever --log-level says: it is why the process ended.
+            eprintln!("ojsd: {e}");
             1
         }
     };
@@ -110,9 +152,33 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), String> {
+    // The runtime exists first because tokio listeners register with it when made.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    // Both ports are bound before the data dir is touched: a port in use fails at once,
+    // creates no data dir, and takes no lock. While the store opens and the index is
+    // rebuilt, clients that connect wait in the listen backlog; none is refused.
+    let (listener, http_listener) = {
+        let _in_runtime = runtime.enter();
+        let listener = server::bind(args.listen)
+            .map_err(|e| format!("cannot listen on {} (--listen): {e}", args.listen))?;
+        let http_listener = match args.http_listen.0 {
+            Some(addr) => Some(
+                server::bind(addr)
+                    .map_err(|e| format!("cannot listen on {addr} (--http-listen): {e}"))?,
+            ),
+            None => None,
+        };
+        (listener, http_listener)
+    };
     let opening = std::time::Instant::now();
-    let store = SledStore::open(&args.data_dir, args.cache_mb * 1024 * 1024)
-        .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
+    let store =
+        SledStore::open(&args.data_dir, args.cache_mb * 1024 * 1024).map_err(|e| match e {
+            StoreError::Locked { .. } => e.to_string(),
+            e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
+        })?;
     tracing::info!(ms = opening.elapsed().as_millis() as u64, "store opened");
     let cfg = Config {
         limits: Limits {
@@ -128,32 +194,22 @@ fn run(args: Args) -> Result<(), String> {
         max_queued_bytes: args.max_queued_bytes,
         ..Config::default()
     };
-    let (handle, engine_thread) = engine::start(Box::new(store), cfg).map_err(|e| e.to_string())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let (handle, engine_thread) =
+        engine::start(Box::new(store), cfg).map_err(|e| format!("cannot start: {e}"))?;
     let server_cfg = Arc::new(ServerConfig {
         password: args.password.clone(),
         max_line: args.max_line_bytes,
     });
     let result = runtime.block_on(async move {
-        let listener = server::bind(args.listen)
-            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
-        let http_listener = match args.http_listen.0 {
-            Some(addr) => Some(
-                server::bind(addr).map_err(|e| format!("cannot listen on {addr} (http): {e}"))?,
-            ),
-            None => None,
-        };
+        // The two lines are printed once the rebuild is done and the server serves.
         // Tests and scripts read this line to learn the port when --listen ends in :0.
-        println!("ojsd listening on {local}");
+        announce(&format!("ojsd listening on {local}"));
         // ... and this second one (only when HTTP is on) for the HTTP port.
         let http = match http_listener {
             Some(l) => {
                 let addr = l.local_addr().map_err(|e| e.to_string())?;
-                println!("ojsd http listening on {addr}");
+                announce(&format!("ojsd http listening on {addr}"));
                 let cfg = HttpConfig {
                     keepalive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
                     password: args.password.clone(),
@@ -204,4 +260,14 @@ async fn shutdown_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// A line on stdout for scripts and tests (the listening addresses). Stdout may be a closed
+/// pipe (a supervisor that stopped reading): that must not stop the server, so a write
+/// error is ignored where `println!` would panic.
+fn announce(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }

@@ -361,7 +361,9 @@ impl Engine {
                 let n = record
                     .and_then(|v| events::decode_chunk(l, &v).map(|e| e.len() as u64))
                     .ok_or_else(|| {
-                        crate::store::StoreError(format!("event log record {l} is unreadable"))
+                        crate::store::StoreError::Corrupt(format!(
+                            "event log record {l} is unreadable"
+                        ))
                     })?;
                 self.events.oldest = f;
                 self.events.next = l + n;

@@ -344,7 +344,7 @@ impl Engine {
             for thread in handles {
                 thread
                     .join()
-                    .map_err(|_| StoreError("a rebuild thread panicked".into()))??;
+                    .map_err(|_| StoreError::Other("a rebuild thread panicked".into()))??;
             }
             Ok(())
         })?;

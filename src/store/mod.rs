@@ -10,21 +10,52 @@ mod sled_store;
 pub use sled_store::{SledStore, DEFAULT_CACHE_MB};
 
 use std::fmt;
+use std::path::PathBuf;
 
+/// What can go wrong in the store, by kind, so that callers (the binary, above all) can
+/// tell an operator's mistake from a broken disk without reading message text.
 #[derive(Debug)]
-pub struct StoreError(pub String);
+pub enum StoreError {
+    /// Another process holds the data directory's lock (another ojsd is running on it).
+    Locked { dir: PathBuf },
+    /// `path` (the data directory, or a path it lies under) exists and is not a directory.
+    NotADirectory { path: PathBuf },
+    /// The operating system refused a read, write, sync or open.
+    Io(std::io::Error),
+    /// The database detected damaged data, or a record ojsd wrote cannot be read back.
+    Corrupt(String),
+    /// The database engine failed in a way of its own (unsupported use, internal bug).
+    Backend(String),
+    /// Anything else on the way to or from the store (e.g. a rebuild reader thread panicked).
+    Other(String),
+}
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "store: {}", self.0)
+        match self {
+            StoreError::Locked { dir } => write!(f, "another ojsd is using {}", dir.display()),
+            StoreError::NotADirectory { path } => {
+                write!(f, "{} is not a directory", path.display())
+            }
+            StoreError::Io(e) => write!(f, "store: {e}"),
+            StoreError::Corrupt(m) => write!(f, "store: corrupt data: {m}"),
+            StoreError::Backend(m) | StoreError::Other(m) => write!(f, "store: {m}"),
+        }
     }
 }
 
-impl std::error::Error for StoreError {}
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<std::io::Error> for StoreError {
     fn from(e: std::io::Error) -> Self {
-        StoreError(e.to_string())
+        StoreError::Io(e)
     }
 }
 

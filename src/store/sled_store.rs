@@ -23,12 +23,58 @@ pub struct SledStore {
 }
 
 fn err(e: sled::Error) -> StoreError {
-    StoreError(e.to_string())
+    match e {
+        sled::Error::Io(e) => StoreError::Io(e),
+        sled::Error::Corruption { at, .. } => StoreError::Corrupt(match at {
+            Some(at) => format!("sled found damaged data at {at:?}"),
+            None => "sled found damaged data".to_string(),
+        }),
+        sled::Error::Unsupported(m) => StoreError::Backend(format!("sled: unsupported: {m}")),
+        sled::Error::ReportableBug(m) => StoreError::Backend(format!("sled bug: {m}")),
+        sled::Error::CollectionNotFound(_) => StoreError::Backend("sled: tree not found".into()),
+    }
+}
+
+/// An error of `sled::Config::open`, which also says when another process holds the lock.
+/// sled 0.34 takes an exclusive `flock` (fs2's `try_lock_exclusive`) on `<dir>/db` and, when
+/// that fails, returns `Error::Io` of kind `Other` whose text starts "could not acquire lock"
+/// (config.rs, `try_lock`): the `WouldBlock` it got is only in the text, so the text is
+/// what we can match. `second_open_of_a_dir_is_locked` pins this down.
+fn open_err(dir: &Path, e: sled::Error) -> StoreError {
+    match e {
+        sled::Error::Io(io)
+            if io.kind() == std::io::ErrorKind::WouldBlock
+                || io.to_string().starts_with("could not acquire lock") =>
+        {
+            StoreError::Locked {
+                dir: dir.to_path_buf(),
+            }
+        }
+        e => err(e),
+    }
+}
+
+/// Create `dir` if needed; a file (or a file on its path) standing where the directory
+/// should be is `NotADirectory` naming that file, not a bare "File exists".
+fn ensure_dir(dir: &Path) -> StoreResult<()> {
+    match std::fs::create_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let not_dir = dir
+                .ancestors()
+                .find(|p| p.exists() && !p.is_dir())
+                .map(Path::to_path_buf);
+            match not_dir {
+                Some(path) => Err(StoreError::NotADirectory { path }),
+                None => Err(StoreError::Io(e)),
+            }
+        }
+    }
 }
 
 impl SledStore {
     pub fn open(dir: &Path, cache_bytes: u64) -> StoreResult<SledStore> {
-        std::fs::create_dir_all(dir)?;
+        ensure_dir(dir)?;
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_bytes)
@@ -36,7 +82,7 @@ impl SledStore {
             .segment_size(16 * 1024 * 1024)
             .mode(sled::Mode::HighThroughput)
             .open()
-            .map_err(err)?;
+            .map_err(|e| open_err(dir, e))?;
         let log_file = File::open(dir.join("db"))?;
         // The directory entry of a freshly created store must survive a crash too.
         if let Ok(d) = File::open(dir) {
@@ -189,6 +235,33 @@ mod tests {
         assert_eq!(seen, vec![(b"b".to_vec(), b"2".to_vec())]);
         assert_eq!(s.get(Space::Meta, b"x").unwrap(), Some(b"3".to_vec()));
         assert_eq!(s.get(Space::Meta, b"b").unwrap(), None);
+    }
+
+    #[test]
+    fn second_open_of_a_dir_is_locked() {
+        // flock locks belong to open file descriptions, so a second open in the same
+        // process conflicts exactly as a second process would.
+        let dir = tempfile::tempdir().unwrap();
+        let _first = SledStore::open(dir.path(), 1 << 20).unwrap();
+        match SledStore::open(dir.path(), 1 << 20) {
+            Err(StoreError::Locked { dir: d }) => assert_eq!(d, dir.path()),
+            Err(e) => panic!("expected Locked, got {e:?}"),
+            Ok(_) => panic!("a second open of a locked dir succeeded"),
+        }
+    }
+
+    #[test]
+    fn a_file_in_place_of_the_dir_is_not_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        for target in [file.clone(), file.join("sub")] {
+            match SledStore::open(&target, 1 << 20) {
+                Err(StoreError::NotADirectory { path }) => assert_eq!(path, file),
+                Err(e) => panic!("{}: expected NotADirectory, got {e:?}", target.display()),
+                Ok(_) => panic!("{}: opened a store under a file", target.display()),
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,483 @@
+//! How ojsd starts, and how it refuses to: ports bound before the data dir is touched, a
+//! data dir in use or in the way, a bad log level, and the config file with its precedence
+//! (flag > OJSD_* variable > file > built-in default). Every case runs the real binary.
+
+mod common;
+
+use common::call_json;
+use ojs_client::{Client, Reply};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Generous: a refusal takes milliseconds; the bound only keeps a hung process from
+/// hanging the suite, and no assertion depends on how fast the machine is.
+const EXIT_WITHIN: Duration = Duration::from_secs(60);
+
+/// The binary with no `OJSD_*` variable inherited from whoever runs the tests.
+fn ojsd() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ojsd"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("OJSD_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+struct Exit {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run to its exit (which must come), collecting both outputs.
+fn run_to_exit(mut cmd: Command) -> Exit {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ojsd");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(EXIT_WITHIN) {
+        Ok(out) => {
+            let out = out.expect("wait for ojsd");
+            Exit {
+                code: out.status.code(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        }
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("ojsd did not exit within {EXIT_WITHIN:?}");
+        }
+    }
+}
+
+/// The one line a refusal prints on stderr (it must be exactly one).
+fn one_line(e: &Exit) -> &str {
+    let lines: Vec<&str> = e.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one stderr line, got {:?}",
+        e.stderr
+    );
+    lines[0]
+}
+
+/// A running ojsd started by a test, killed when dropped.
+struct Running {
+    child: Child,
+    addr: String,
+    /// Kept open: ojsd prints a second line (HTTP), and a closed pipe would kill it.
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Running {
+    /// Start and wait for `ojsd listening on ADDR` (printed once it serves).
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn ojsd");
+        let mut line = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        stdout
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let addr = match line.trim().strip_prefix("ojsd listening on ") {
+            Some(a) => a.to_string(),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("ojsd did not start: first stdout line {line:?}");
+            }
+        };
+        Running {
+            child,
+            addr,
+            _stdout: stdout,
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.addr).expect("connect")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn taken_port() -> (TcpListener, String) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a port to occupy");
+    let addr = l.local_addr().unwrap().to_string();
+    (l, addr)
+}
+
+#[test]
+fn a_taken_port_fails_at_once_and_leaves_no_data_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_held, taken) = taken_port();
+    for (flag, other) in [("--listen", "--http-listen"), ("--http-listen", "--listen")] {
+        let data = tmp.path().join(format!("data{flag}"));
+        let mut cmd = ojsd();
+        cmd.args([flag, &taken, other, "127.0.0.1:0", "--data-dir"])
+            .arg(&data);
+        let e = run_to_exit(cmd);
+        assert_eq!(e.code, Some(1), "{flag} on a taken port: {}", e.stderr);
+        let line = one_line(&e);
+        assert!(
+            line.starts_with(&format!("ojsd: cannot listen on {taken} ({flag}): "))
+                && line.contains("in use"),
+            "{line}"
+        );
+        assert_eq!(e.stdout, "", "nothing announced as listening");
+        assert!(
+            !data.exists(),
+            "{flag} on a taken port: the data dir {} was created",
+            data.display()
+        );
+    }
+}
+
+#[test]
+fn a_second_ojsd_on_the_same_data_dir_is_refused_and_the_first_serves_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut cmd = ojsd();
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(&data);
+    let first = Running::start(cmd);
+    let mut c = first.client();
+    call_json(&mut c, r#"PUSH {"type":"t","args":[]}"#);
+
+    let mut cmd = ojsd();
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(&data);
+    let e = run_to_exit(cmd);
+    assert_eq!(e.code, Some(1), "{}", e.stderr);
+    assert_eq!(
+        one_line(&e),
+        format!("ojsd: another ojsd is using {}", data.display())
+    );
+    assert_eq!(e.stdout, "");
+
+    // The refused start changed nothing for the one that runs.
+    let info = c.info().expect("INFO");
+    assert_eq!(info["totals"]["jobs"], 1, "{info}");
+}
+
+#[test]
+fn a_file_where_the_data_dir_should_be_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    for data in [file.clone(), file.join("below")] {
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .arg("--data-dir")
+            .arg(&data);
+        let e = run_to_exit(cmd);
+        assert_eq!(e.code, Some(1), "{}", e.stderr);
+        assert_eq!(
+            one_line(&e),
+            format!(
+                "ojsd: cannot open data dir {}: {} is not a directory",
+                data.display(),
+                file.display()
+            )
+        );
+    }
+}
+
+#[test]
+fn an_invalid_log_level_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    for (how, level) in [("flag", "infoo"), ("env", "infoo"), ("flag", "ojsd=loud")] {
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .arg("--data-dir")
+            .arg(&data);
+        if how == "flag" {
+            cmd.args(["--log-level", level]);
+        } else {
+            cmd.env("OJSD_LOG_LEVEL", level);
+        }
+        let e = run_to_exit(cmd);
+        assert_eq!(e.code, Some(2), "{how} {level}: {}", e.stderr);
+        let first = e.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with(&format!("error: invalid value '{level}' for '--log-level")),
+            "{how} {level}: {}",
+            e.stderr
+        );
+        assert!(!data.exists(), "a usage error touched the data dir");
+    }
+    // Directives that name their level are still accepted.
+    let mut cmd = ojsd();
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(["--log-level", "warn,ojsd::server=debug"])
+        .arg("--data-dir")
+        .arg(&data);
+    let _ok = Running::start(cmd);
+}
+
+/// A PUSH line whose envelope is exactly `n` bytes.
+fn push_of_len(n: usize) -> String {
+    let head = r#"{"type":"big.job","args":[""#;
+    format!(r#"PUSH {head}{}"]}}"#, "x".repeat(n - head.len() - 3))
+}
+
+/// Whether the server takes an `n`-byte job (else it must refuse it as too large).
+fn takes(c: &mut Client, n: usize) -> bool {
+    match c.call(&push_of_len(n)).expect("PUSH") {
+        Reply::Bulk(_) => true,
+        Reply::Error { code, .. } if code == "PAYLOAD_TOO_LARGE" => false,
+        other => panic!("PUSH of {n} bytes: {other:?}"),
+    }
+}
+
+/// Whether `CLOCK ADVANCE` is on (`--test-clock`).
+fn test_clock_on(c: &mut Client) -> bool {
+    match c.call("CLOCK ADVANCE 1").expect("CLOCK") {
+        Reply::Simple(s) if s == "OK" => true,
+        Reply::Error { code, .. } if code == "UNKNOWN_COMMAND" => false,
+        other => panic!("CLOCK ADVANCE: {other:?}"),
+    }
+}
+
+#[test]
+fn config_file_values_apply_and_env_and_flags_override_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("ojsd.toml");
+    std::fs::write(
+        &config,
+        "# both spellings of a key are accepted\n\
+         max_job_bytes = 2000\n\
+         test-clock = true\n\
+         http_listen = \"off\"\n\
+         log_level = \"warn\"\n",
+    )
+    .unwrap();
+    let start = |n: usize, env: &[(&str, &str)], flags: &[&str]| {
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(tmp.path().join(format!("data{n}")))
+            .envs(env.iter().copied())
+            .args(flags);
+        Running::start(cmd)
+    };
+
+    // The file alone (named by OJSD_CONFIG): its limit and its flag apply.
+    let s = start(1, &[("OJSD_CONFIG", config.to_str().unwrap())], &[]);
+    let mut c = s.client();
+    assert!(takes(&mut c, 2000), "the file's limit admits 2000 bytes");
+    assert!(
+        !takes(&mut c, 3000),
+        "the file's limit (not 1 MiB) refuses 3000"
+    );
+    assert!(test_clock_on(&mut c), "test_clock = true from the file");
+    drop(s);
+
+    // A variable beats the file.
+    let cfg = format!("--config={}", config.display());
+    let env = [("OJSD_MAX_JOB_BYTES", "5000"), ("OJSD_TEST_CLOCK", "false")];
+    let s = start(2, &env, &[&cfg]);
+    let mut c = s.client();
+    assert!(
+        takes(&mut c, 3000),
+        "the variable's 5000 beats the file's 2000"
+    );
+    assert!(!takes(&mut c, 7000));
+    assert!(
+        !test_clock_on(&mut c),
+        "OJSD_TEST_CLOCK=false beats the file"
+    );
+    drop(s);
+
+    // A flag beats both.
+    let s = start(
+        3,
+        &env,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--max-job-bytes",
+            "10000",
+            "--test-clock",
+        ],
+    );
+    let mut c = s.client();
+    assert!(
+        takes(&mut c, 7000),
+        "the flag's 10000 beats the variable's 5000"
+    );
+    assert!(!takes(&mut c, 11000));
+    assert!(
+        test_clock_on(&mut c),
+        "--test-clock beats OJSD_TEST_CLOCK=false"
+    );
+}
+
+#[test]
+fn config_file_mistakes_are_usage_errors_naming_the_file_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        (
+            "unknown.toml",
+            Some("listen = \"127.0.0.1:0\"\nmax_lines = 5\n"),
+            "unknown key `max_lines`",
+        ),
+        (
+            "malformed.toml",
+            Some("listen = \"127.0.0.1:0\"\nmax_job_bytes = = 5\n"),
+            "not valid TOML at line 2, column ",
+        ),
+        (
+            "badvalue.toml",
+            Some("max_job_bytes = \"lots\"\n"),
+            "max_job_bytes = \"lots\": invalid digit",
+        ),
+        (
+            "twice.toml",
+            Some("max_job_bytes = 1\nmax-job-bytes = 2\n"),
+            "are the same setting",
+        ),
+        ("missing.toml", None, "cannot read it: "),
+    ];
+    for (name, text, expect) in cases {
+        let path = tmp.path().join(name);
+        if let Some(text) = text {
+            std::fs::write(&path, text).unwrap();
+        }
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .arg("--config")
+            .arg(&path)
+            .arg("--data-dir")
+            .arg(&data);
+        let e = run_to_exit(cmd);
+        assert_eq!(e.code, Some(2), "{name}: {}", e.stderr);
+        let line = one_line(&e);
+        let prefix = format!("error: config {}: ", path.display());
+        assert!(
+            line.starts_with(&prefix) && line.contains(expect),
+            "{name}: expected {prefix}...{expect}..., got {line}"
+        );
+        assert!(
+            !data.exists(),
+            "{name}: a refused config touched the data dir"
+        );
+    }
+}
+
+/// Every settable flag of `ojsd --help` with its default (`None` when it has none).
+fn flags_from_help() -> BTreeMap<String, Option<String>> {
+    let mut cmd = ojsd();
+    cmd.arg("--help");
+    let e = run_to_exit(cmd);
+    assert_eq!(e.code, Some(0), "{}", e.stderr);
+    let mut flags = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in e.stdout.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("--") {
+            let name = rest.split([' ', '=']).next().unwrap().to_string();
+            flags.insert(name.clone(), None);
+            current = Some(name);
+        } else if t.starts_with("-h, --help") || t.starts_with("-V, --version") {
+            current = None;
+        } else if let (Some(name), Some(d)) = (&current, t.strip_prefix("[default: ")) {
+            flags.insert(name.clone(), Some(d.trim_end_matches(']').to_string()));
+        }
+    }
+    flags.remove("config");
+    flags
+}
+
+#[test]
+fn the_sample_config_lists_every_flag_with_its_default_and_is_accepted() {
+    let sample_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ojsd.toml.sample");
+    let sample = std::fs::read_to_string(&sample_path).expect("ojsd.toml.sample");
+    // Settings are the commented-out `# key = value` lines.
+    let mut settings = BTreeMap::new();
+    let mut lines = BTreeMap::new();
+    for line in sample.lines() {
+        let Some(rest) = line.strip_prefix("# ") else {
+            continue;
+        };
+        let Some((key, value)) = rest.split_once(" = ") else {
+            continue;
+        };
+        if key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            let flag = key.replace('_', "-");
+            settings.insert(flag.clone(), value.trim_matches('"').to_string());
+            lines.insert(flag, rest.to_string());
+        }
+    }
+    let flags = flags_from_help();
+    let missing: Vec<&String> = flags
+        .keys()
+        .filter(|f| !settings.contains_key(*f))
+        .collect();
+    let extra: Vec<&String> = settings
+        .keys()
+        .filter(|k| !flags.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "ojsd.toml.sample is out of date: flags missing from it {missing:?}, keys that are \
+         not flags {extra:?}"
+    );
+    for (flag, default) in &flags {
+        if let Some(default) = default {
+            assert_eq!(
+                &settings[flag], default,
+                "ojsd.toml.sample gives {flag} a value other than its default"
+            );
+        }
+    }
+
+    // Its settings that have a built-in default, uncommented, are accepted as they are
+    // (those without one, like password, are examples).
+    let uncommented: String = settings
+        .iter()
+        .filter(|(flag, _)| matches!(flags.get(*flag), Some(Some(_))))
+        .map(|(flag, _)| lines[flag].clone() + "\n")
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("all.toml");
+    std::fs::write(&config, uncommented).unwrap();
+    let mut cmd = ojsd();
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(tmp.path().join("data"));
+    let s = Running::start(cmd);
+    let mut c = s.client();
+    assert_eq!(c.info().expect("INFO")["totals"]["jobs"], 0);
+}
