@@ -41,11 +41,20 @@ fn d1_a_retry_delay_past_chronos_range_is_refused_at_push_not_met_at_fail() {
     // The same policies inside a workflow step and a cron template.
     let step = json!({"type": "t.d1", "args": [], "retry": {"initial_interval": "P999999999D"}});
     let wf = json!({"type": "chain", "name": "d1", "steps": [step]});
-    let code = err_code(&mut c, &format!("WORKFLOW CREATE {wf}"));
-    assert!(!code.is_empty());
-    let cron = json!({"name": "d1", "cron": "* * * * *", "job": step});
+    match c.call(&format!("WORKFLOW CREATE {wf}")).unwrap() {
+        Reply::Error { code, message } => {
+            assert_eq!(code, "INVALID_PAYLOAD");
+            assert!(
+                message.contains("steps[0].retry.initial_interval"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let cron = json!({"name": "d1", "cron": "* * * * *", "type": "t.d1", "args": [],
+        "options": {"retry": {"initial_interval": "P999999999D"}}});
     let code = err_code(&mut c, &format!("CRON ADD {cron}"));
-    assert!(!code.is_empty());
+    assert_eq!(code, "INVALID_RETRY_POLICY");
 
     // The longest accepted delay (100 years) goes through FAIL and a restart.
     let longest = json!({"type": "t.d1", "queue": "d1", "args": [],
@@ -127,7 +136,7 @@ fn d2_a_result_too_deep_to_compose_is_refused_at_ack() {
         ),
         format!(
             "CRON ADD {}",
-            json!({"name": "n", "cron": "* * * * *", "job": too_deep})
+            json!({"name": "n", "cron": "* * * * *", "type": "t.x", "args": [too_deep]})
         ),
         format!(
             "WORKFLOW CREATE {}",

@@ -163,9 +163,13 @@ fn run_case(c: &Case) {
     let wf = json!({"type": "chain", "name": "x", "steps": [step]});
     let _ = call(&rt, &h, None, &format!("WORKFLOW CREATE {wf}"));
     // ... and as a cron template.
-    let mut template = envelope(c, "cron");
-    template.as_object_mut().unwrap().remove("unique");
-    let cron = json!({"name": "extreme", "expression": "* * * * *", "job": template});
+    let mut options = envelope(c, "cron");
+    let options = options.as_object_mut().unwrap();
+    for k in ["unique", "type", "args", "scheduled_at", "expires_at"] {
+        options.remove(k);
+    }
+    let cron = json!({"name": "extreme", "cron": "* * * * *", "type": "t.cron",
+        "args": [], "options": options});
     let _ = call(&rt, &h, None, &format!("CRON ADD {cron}"));
 
     // Every path that adds a duration to now: claim (visibility), BEAT (extension), FAIL
