@@ -11,4 +11,5 @@ pub mod job;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod workflow;
