@@ -79,7 +79,8 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
         NotFound => (StatusCode::NOT_FOUND, code.as_str()),
         PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, code.as_str()),
         BackendError => (StatusCode::INTERNAL_SERVER_ERROR, code.as_str()),
-        BackendUnavailable => (StatusCode::SERVICE_UNAVAILABLE, code.as_str()),
+        BackendUnavailable | TooManyConnections => (StatusCode::SERVICE_UNAVAILABLE, code.as_str()),
+        RateLimited => (StatusCode::TOO_MANY_REQUESTS, code.as_str()),
     }
 }
 
