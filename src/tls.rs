@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::pem::{Error as PemError, PemObject};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 pub use tokio_rustls::TlsAcceptor;
@@ -30,8 +30,13 @@ pub fn load(cert: &Path, key: &Path) -> Result<Tls, String> {
             cert.display()
         ));
     }
-    let key_der = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
+        PemError::NoItemsFound => format!(
+            "--tls-key {}: no PEM PRIVATE KEY block found (PKCS#8, PKCS#1 or SEC1)",
+            key.display()
+        ),
+        e => format!("--tls-key {}: {e}", key.display()),
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tcp = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
