@@ -219,7 +219,11 @@ async fn start(
     mut ticket: Ticket,
     shared: &Shared,
 ) -> std::io::Result<()> {
-    let deadline = Instant::now() + shared.cfg.hello_timeout;
+    let now = Instant::now();
+    // A deadline past what a clock can hold is no deadline (an absurd flag, not a panic).
+    let deadline = now
+        .checked_add(shared.cfg.hello_timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30));
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = &shared.tls else {
         return connection(tcp, peer, ticket, shared, deadline).await;

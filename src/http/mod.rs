@@ -126,7 +126,10 @@ pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig)
         cfg.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
     let max = cfg.max_connections;
-    let timeout = cfg.handshake_timeout.max(Duration::from_millis(1));
+    // hyper adds this to "now" unchecked: keep an absurd flag value from overflowing it.
+    let timeout = cfg
+        .handshake_timeout
+        .clamp(Duration::from_millis(1), Duration::from_secs(86_400 * 365));
     let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let app = router(engine, cfg);
     let mut backoff = Duration::ZERO;

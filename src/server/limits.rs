@@ -172,7 +172,7 @@ impl AuthLimiter {
             Ok(())
         } else {
             let per_token = self.window.as_secs_f64() / self.burst;
-            Err(Duration::from_secs_f64((1.0 - tokens) * per_token))
+            Err(Duration::try_from_secs_f64((1.0 - tokens) * per_token).unwrap_or(self.window))
         }
     }
 
