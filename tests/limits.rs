@@ -422,3 +422,44 @@ fn correct_passwords_are_not_throttled() {
         assert!(c.info().is_ok());
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The HTTP listener: its own cap, and a deadline on request headers
+// ---------------------------------------------------------------------------------------
+
+/// HTTP connections past `--max-connections` get a 503 and are closed; a connection that
+/// sends no request (or half a header) is closed at `--hello-timeout-ms`, freeing its slot.
+#[test]
+fn http_connections_are_capped_and_slow_ones_closed() {
+    let server = Server::start_with(&["--max-connections", "2", "--hello-timeout-ms", "800"]);
+    let start = Instant::now();
+    let silent = TcpStream::connect(&server.http_addr).unwrap();
+    let mut slow = TcpStream::connect(&server.http_addr).unwrap();
+    slow.write_all(b"GET /ojs/v1/health HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut third = TcpStream::connect(&server.http_addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut text = String::new();
+    let _ = third.read_to_string(&mut text);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("TOO_MANY_CONNECTIONS"), "{text}");
+    for mut s in [silent, slow] {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    }
+    assert!(start.elapsed() >= Duration::from_millis(800));
+    assert!(
+        start.elapsed() < Duration::from_secs(9),
+        "closed at the header deadline"
+    );
+    // Their slots are free again.
+    let r = wait_for(Duration::from_secs(5), "a free HTTP slot", || {
+        let r = common::http::get(&server.http_addr, "/ojs/v1/health");
+        (r.status == 200).then_some(r)
+    });
+    assert_eq!(r.status, 200);
+}
