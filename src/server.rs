@@ -219,11 +219,8 @@ async fn start(
     mut ticket: Ticket,
     shared: &Shared,
 ) -> std::io::Result<()> {
-    let now = Instant::now();
     // A deadline past what a clock can hold is no deadline (an absurd flag, not a panic).
-    let deadline = now
-        .checked_add(shared.cfg.hello_timeout)
-        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30));
+    let deadline = later(Instant::now(), shared.cfg.hello_timeout);
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = &shared.tls else {
         return connection(tcp, peer, ticket, shared, deadline).await;
@@ -495,20 +492,35 @@ where
     // Workers heartbeat, and an event stream may be quiet for long: neither times out.
     let idle = Some(cfg.idle_timeout).filter(|t| wid.is_none() && !t.is_zero());
     let mut streaming = false;
+    // Quiet means nothing read and nothing written for the whole idle time, and nothing
+    // in flight (a FETCH waiting for a job, replies the client has not read yet).
+    let mut last_read = Instant::now();
+    let mut recheck: Option<Instant> = None;
     loop {
         let frame = match idle.filter(|_| !streaming) {
             None => lines.next().await,
-            Some(t) => match tokio::time::timeout(t, lines.next()).await {
-                Ok(frame) => frame,
-                // Idle only if nothing is in flight either (a FETCH waiting for a job, or
-                // replies the client has not read yet).
-                Err(_) if budget.held() == 0 => {
-                    tracing::debug!(%peer, "idle for --idle-timeout-ms: closing");
-                    break;
+            Some(t) => {
+                let quiet_since = last_read.max(budget.written_at());
+                let at = recheck.unwrap_or_else(|| later(quiet_since, t));
+                match tokio::time::timeout_at(at, lines.next()).await {
+                    Ok(frame) => frame,
+                    Err(_) if budget.held() > 0 => {
+                        recheck = Some(later(Instant::now(), t));
+                        continue;
+                    }
+                    Err(_) => {
+                        recheck = None;
+                        if later(last_read.max(budget.written_at()), t) <= Instant::now() {
+                            tracing::debug!(%peer, "idle for --idle-timeout-ms: closing");
+                            break;
+                        }
+                        continue;
+                    }
                 }
-                Err(_) => continue,
-            },
+            }
         };
+        last_read = Instant::now();
+        recheck = None;
         let Some(frame) = frame else {
             break;
         };
@@ -572,6 +584,12 @@ where
         Ok(r) => r,
         Err(e) => Err(std::io::Error::other(e)),
     }
+}
+
+/// `at + d`, or far in the future when that is past what the clock can hold.
+fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .unwrap_or_else(|| at + Duration::from_secs(86_400 * 365 * 30))
 }
 
 struct CloseOnDrop(Arc<ReplyBudget>);

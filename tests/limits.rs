@@ -343,6 +343,23 @@ fn idle_connections_without_a_worker_id_are_closed() {
     }
 }
 
+/// Idle time counts from the last thing that happened on the connection, a reply written
+/// included: a client that pauses (less than the idle timeout) after a long FETCH's reply
+/// is not cut off because the FETCH itself took longer than the idle timeout.
+#[test]
+fn idle_time_counts_from_the_last_reply() {
+    let server = Server::start_with(&["--idle-timeout-ms", "1000", "--fetch-wait-ms", "1500"]);
+    let mut c = Raw::connect(&server.addr);
+    assert!(matches!(c.hello(None), Reply::Simple(_)));
+    c.send("FETCH nothing-here");
+    assert_eq!(c.reply(), Reply::Null);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        matches!(c.call("INFO"), Reply::Bulk(_)),
+        "closed 0.7 s after its last reply"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // D7: password guessing
 // ---------------------------------------------------------------------------------------

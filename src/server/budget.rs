@@ -20,6 +20,7 @@ use crate::protocol::{Command, Reply};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// `+OK`, `$-1`, an error line or a small directive, with room for an id echoed back.
 const SMALL_REPLY: usize = 1024;
@@ -30,22 +31,31 @@ const JOB_SLACK: usize = 64 * 1024;
 
 pub struct ReplyBudget {
     limit: usize,
-    held: Mutex<usize>,
+    held: Mutex<Held>,
     freed: Notify,
     closed: AtomicBool,
+}
+
+struct Held {
+    bytes: usize,
+    /// When replies were last written to the socket.
+    written_at: Instant,
 }
 
 impl ReplyBudget {
     pub fn new(limit: usize) -> ReplyBudget {
         ReplyBudget {
             limit: limit.max(1),
-            held: Mutex::new(0),
+            held: Mutex::new(Held {
+                bytes: 0,
+                written_at: Instant::now(),
+            }),
             freed: Notify::new(),
             closed: AtomicBool::new(false),
         }
     }
 
-    fn held_mut(&self) -> std::sync::MutexGuard<'_, usize> {
+    fn held_mut(&self) -> std::sync::MutexGuard<'_, Held> {
         // A panic elsewhere while holding this lock cannot leave the count inconsistent
         // (every update is one assignment), so a poisoned lock is still usable.
         self.held.lock().unwrap_or_else(|p| p.into_inner())
@@ -53,7 +63,12 @@ impl ReplyBudget {
 
     /// The bytes reserved or owed right now.
     pub fn held(&self) -> usize {
-        *self.held_mut()
+        self.held_mut().bytes
+    }
+
+    /// When replies were last written to the socket (or the budget was made).
+    pub fn written_at(&self) -> Instant {
+        self.held_mut().written_at
     }
 
     /// Wait until fewer than `limit` bytes are held, then hold `n` more (capped at
@@ -66,8 +81,8 @@ impl ReplyBudget {
             }
             {
                 let mut held = self.held_mut();
-                if *held < self.limit {
-                    *held = held.saturating_add(n);
+                if held.bytes < self.limit {
+                    held.bytes = held.bytes.saturating_add(n);
                     return Some(n);
                 }
             }
@@ -80,7 +95,7 @@ impl ReplyBudget {
     /// A reply of `actual` bytes has arrived for a command that reserved `reserved`.
     pub fn settle(&self, reserved: usize, actual: usize) {
         let mut held = self.held_mut();
-        *held = held.saturating_sub(reserved).saturating_add(actual);
+        held.bytes = held.bytes.saturating_sub(reserved).saturating_add(actual);
         if actual < reserved {
             self.freed.notify_one();
         }
@@ -92,7 +107,8 @@ impl ReplyBudget {
             return;
         }
         let mut held = self.held_mut();
-        *held = held.saturating_sub(n);
+        held.bytes = held.bytes.saturating_sub(n);
+        held.written_at = Instant::now();
         self.freed.notify_one();
     }
 
