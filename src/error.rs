@@ -35,6 +35,10 @@ pub enum ErrorCode {
     MalformedCommand,
     LineTooLong,
     HelloRequired,
+    /// The server is at `--max-connections` (custom code).
+    TooManyConnections,
+    /// Too many failed HELLOs from this address (custom code).
+    RateLimited,
 }
 
 impl ErrorCode {
@@ -61,6 +65,8 @@ impl ErrorCode {
             ErrorCode::MalformedCommand => "MALFORMED_COMMAND",
             ErrorCode::LineTooLong => "LINE_TOO_LONG",
             ErrorCode::HelloRequired => "HELLO_REQUIRED",
+            ErrorCode::TooManyConnections => "TOO_MANY_CONNECTIONS",
+            ErrorCode::RateLimited => "RATE_LIMITED",
         }
     }
 }

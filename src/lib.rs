@@ -14,4 +14,5 @@ pub mod protocol;
 pub mod server;
 pub mod store;
 pub mod time;
+pub mod tls;
 pub mod workflow;

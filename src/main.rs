@@ -85,6 +85,39 @@ struct Args {
     /// How long an SSE stream may stay silent before a keep-alive comment is sent, ms.
     #[arg(long, env = "OJSD_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     sse_keepalive_ms: u64,
+    /// Bytes of replies a TCP connection may owe (pipelined, not yet read by the client)
+    /// before the server stops reading its commands.
+    #[arg(long, env = "OJSD_MAX_PENDING_REPLY_BYTES", default_value_t = server::DEFAULT_MAX_PENDING_REPLY_BYTES)]
+    max_pending_reply_bytes: usize,
+    /// Connections at once on each listener (TCP and HTTP counted apart); past it a new
+    /// connection is refused with TOO_MANY_CONNECTIONS and closed.
+    #[arg(long, env = "OJSD_MAX_CONNECTIONS", default_value_t = server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// TCP connections at once that have not completed HELLO; when full, the oldest of them
+    /// is closed to make room for a newcomer.
+    #[arg(long, env = "OJSD_MAX_HANDSHAKING", default_value_t = server::DEFAULT_MAX_HANDSHAKING)]
+    max_handshaking: usize,
+    /// Time from connect to an accepted HELLO (TLS handshake included), and for an HTTP
+    /// request's headers, ms.
+    #[arg(long, env = "OJSD_HELLO_TIMEOUT_MS", default_value_t = server::DEFAULT_HELLO_TIMEOUT_MS)]
+    hello_timeout_ms: u64,
+    /// A TCP connection without a worker id that sends nothing (and waits for no reply)
+    /// this long is closed, ms; 0: never.
+    #[arg(long, env = "OJSD_IDLE_TIMEOUT_MS", default_value_t = server::DEFAULT_IDLE_TIMEOUT_MS)]
+    idle_timeout_ms: u64,
+    /// Failed HELLOs (wrong password) allowed per client address per
+    /// --auth-failure-window-ms; more are refused with RATE_LIMITED. 0: no limit.
+    #[arg(long, env = "OJSD_MAX_AUTH_FAILURES", default_value_t = server::DEFAULT_MAX_AUTH_FAILURES)]
+    max_auth_failures: u32,
+    /// The window of --max-auth-failures, ms (the allowance refills evenly over it).
+    #[arg(long, env = "OJSD_AUTH_FAILURE_WINDOW_MS", default_value_t = server::DEFAULT_AUTH_FAILURE_WINDOW_MS)]
+    auth_failure_window_ms: u64,
+    /// TLS certificate chain (PEM); with --tls-key, both listeners speak TLS only.
+    #[arg(long, env = "OJSD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "OJSD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// `--http-listen`: an address, or `off`.
@@ -152,6 +185,11 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), String> {
+    // Certificates are read first: a bad one stops ojsd before any port or data dir.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ojsd::tls::load(cert, key)?),
+        _ => None,
+    };
     // The runtime exists first because tokio listeners register with it when made.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -199,6 +237,15 @@ fn run(args: Args) -> Result<(), String> {
     let server_cfg = Arc::new(ServerConfig {
         password: args.password.clone(),
         max_line: args.max_line_bytes,
+        max_job_bytes: args.max_job_bytes,
+        max_pending_reply_bytes: args.max_pending_reply_bytes,
+        max_connections: args.max_connections,
+        max_handshaking: args.max_handshaking,
+        hello_timeout: Duration::from_millis(args.hello_timeout_ms),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        max_auth_failures: args.max_auth_failures,
+        auth_failure_window: Duration::from_millis(args.auth_failure_window_ms),
+        tls: tls.as_ref().map(|t| t.tcp.clone()),
     });
     let result = runtime.block_on(async move {
         let local = listener.local_addr().map_err(|e| e.to_string())?;
@@ -213,6 +260,9 @@ fn run(args: Args) -> Result<(), String> {
                 let cfg = HttpConfig {
                     keepalive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
                     password: args.password.clone(),
+                    max_connections: args.max_connections,
+                    handshake_timeout: Duration::from_millis(args.hello_timeout_ms),
+                    tls: tls.as_ref().map(|t| t.http.clone()),
                 };
                 Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
             }

@@ -80,7 +80,8 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
         PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, code.as_str()),
         QueueFull => (StatusCode::TOO_MANY_REQUESTS, code.as_str()),
         BackendError => (StatusCode::INTERNAL_SERVER_ERROR, code.as_str()),
-        BackendUnavailable => (StatusCode::SERVICE_UNAVAILABLE, code.as_str()),
+        BackendUnavailable | TooManyConnections => (StatusCode::SERVICE_UNAVAILABLE, code.as_str()),
+        RateLimited => (StatusCode::TOO_MANY_REQUESTS, code.as_str()),
     }
 }
 

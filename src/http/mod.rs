@@ -37,7 +37,9 @@ use axum::Router;
 use error::ApiError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 /// The OJS spec version these endpoints follow (the `OJS-Version` header).
 pub const OJS_VERSION: &str = "1.0";
@@ -50,6 +52,14 @@ pub struct HttpConfig {
     /// The server's `--password`: when set, every route but health needs
     /// `Authorization: Bearer <password>`.
     pub password: Option<String>,
+    /// Connections at once (`--max-connections`, counted apart from the TCP listener's);
+    /// past it a plain-HTTP client gets `503 TOO_MANY_CONNECTIONS`, a TLS one a closed socket.
+    pub max_connections: usize,
+    /// Time for the TLS handshake, and for each request's headers to arrive (which also
+    /// closes keep-alive connections idle that long): `--hello-timeout-ms`.
+    pub handshake_timeout: Duration,
+    /// `--tls-cert`/`--tls-key`: serve HTTPS only.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Default for HttpConfig {
@@ -57,6 +67,9 @@ impl Default for HttpConfig {
         HttpConfig {
             keepalive: Duration::from_secs(15),
             password: None,
+            max_connections: crate::server::DEFAULT_MAX_CONNECTIONS,
+            handshake_timeout: Duration::from_millis(crate::server::DEFAULT_HELLO_TIMEOUT_MS),
+            tls: None,
         }
     }
 }
@@ -105,15 +118,91 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
 
 /// Serve until the task is dropped (aborted on shutdown; open streams end when the engine
 /// stops, their subscriptions failing with `BACKEND_UNAVAILABLE`).
+///
+/// Its own accept loop rather than `axum::serve`, for what that does not offer: the
+/// connection cap, TLS, and a deadline on request headers (slow or idle clients).
 pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig) {
-    use axum::serve::ListenerExt;
-    // Events are small writes that should leave at once.
-    let listener = listener.tap_io(|tcp| {
+    let permits = Arc::new(Semaphore::new(
+        cfg.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
+    let max = cfg.max_connections;
+    // hyper adds this to "now" unchecked: keep an absurd flag value from overflowing it.
+    let timeout = cfg
+        .handshake_timeout
+        .clamp(Duration::from_millis(1), Duration::from_secs(86_400 * 365));
+    let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let app = router(engine, cfg);
+    let mut backoff = Duration::ZERO;
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                crate::server::accept_backoff(&mut backoff, &e).await;
+                continue;
+            }
+        };
+        backoff = Duration::ZERO;
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            if tls.is_none() {
+                // A fresh socket's send buffer is empty: this does not block.
+                let _ = tcp.try_write(&too_many_connections(max));
+            }
+            continue;
+        };
+        // Events are small writes that should leave at once.
         let _ = tcp.set_nodelay(true);
-    });
-    if let Err(e) = axum::serve(listener, router(engine, cfg)).await {
-        tracing::error!(error = %e, "http server stopped");
+        let (app, tls) = (app.clone(), tls.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let result = match tls {
+                None => serve_connection(tcp, app, timeout).await,
+                Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, app, timeout).await,
+                    Ok(Err(e)) => Err(e.into()),
+                    Err(_) => Err("TLS handshake timed out".into()),
+                },
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "http connection ended with an error");
+            }
+        });
     }
+}
+
+/// HTTP/1.1 on one connection, upgrades (WebSocket) included.
+async fn serve_connection<S>(
+    io: S,
+    app: Router,
+    header_timeout: Duration,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .with_upgrades()
+        .await?;
+    Ok(())
+}
+
+/// The whole response to a connection over the cap.
+fn too_many_connections(max: usize) -> Vec<u8> {
+    let err = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "TOO_MANY_CONNECTIONS",
+        format!("the server is at --max-connections ({max}); try again later"),
+    );
+    let body = serde_json::to_vec(&err.body(None)).unwrap_or_default();
+    let mut out = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {OJS_JSON}\r\nojs-version: {OJS_VERSION}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    out
 }
 
 /// A JSON body with the binding's content type.

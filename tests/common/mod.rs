@@ -20,6 +20,8 @@ pub struct Server {
     pub http_addr: String,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// `ulimit -n` for the server process, when a test wants it to run short of descriptors.
+    fd_limit: Option<u32>,
 }
 
 /// The flags every test server gets unless a test overrides them: a flag repeated in
@@ -47,6 +49,22 @@ impl Server {
             http_addr: String::new(),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            fd_limit: None,
+        };
+        s.spawn();
+        s
+    }
+
+    /// Like `start_with`, with the server's file descriptors limited to `n` (`ulimit -n`).
+    pub fn start_with_fd_limit(n: u32, extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = Server {
+            child: None,
+            addr: String::new(),
+            http_addr: String::new(),
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            fd_limit: Some(n),
         };
         s.spawn();
         s
@@ -57,7 +75,18 @@ impl Server {
     }
 
     fn spawn(&mut self) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ojsd"))
+        let mut command = match self.fd_limit {
+            None => Command::new(env!("CARGO_BIN_EXE_ojsd")),
+            // `exec` keeps the pid, so `pid()` and the signals still reach ojsd itself.
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_ojsd"));
+                c
+            }
+        };
+        let mut child = command
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(self.dir.path().join("db"))
             .args(base_args(&self.extra))
