@@ -33,13 +33,16 @@
 //! # Limits, and what they mean for ojsd
 //!
 //! - **Journal size before flush.** Data lives in the journal until its memtable is
-//!   flushed: here up to [`JOURNAL_MAX_BYTES`] of journals (fjall's default is 512 MiB)
-//!   with memtables of [`BIG_MEMTABLE_BYTES`] for jobs and events and
-//!   [`SMALL_MEMTABLE_BYTES`] for the rest. Past the limit fjall flushes the keyspaces
-//!   that pin the oldest journal (the rarely written ones, like `meta` and `cron`). Opening
-//!   the store replays the journals into memtables, so the limit bounds the replay at
-//!   start: a smaller one starts faster and flushes more often. Each journal file is
-//!   preallocated to 64 MiB; [`Store::size_on_disk`] counts allocated blocks, not that.
+//!   flushed, and a journal file is deleted only when every keyspace has flushed what it
+//!   holds. The active journal is sealed at ~64 MB; past [`JOURNAL_MAX_BYTES`] of sealed
+//!   journals (64 MiB here, fjall's minimum; its default is 512 MiB) fjall flushes the
+//!   keyspaces that pin the oldest one (the rarely written ones, like `meta` and `cron`).
+//!   Memtables are [`BIG_MEMTABLE_BYTES`] for jobs and events, [`SMALL_MEMTABLE_BYTES`]
+//!   for the rest. So up to ~130 MB of journal sit on disk even when every job has been
+//!   deleted (bench/RESULTS.md, round 4: 40–140 MB in a delete-churn run), and opening the
+//!   store replays them into memtables: 0.2–1.1 s in the floor runs, part of every restart.
+//!   Journal files are preallocated to 64 MiB; [`Store::size_on_disk`] counts allocated
+//!   blocks (what `du` shows), not that length.
 //! - **Write stalls.** When flushing or compaction falls behind, a commit waits: with 20
 //!   or more level-0 runs in a keyspace fjall spins a little per commit, at 30 it sleeps in
 //!   10 ms steps until compaction catches up, and with 4 sealed memtables waiting to be
@@ -72,8 +75,9 @@ use super::{
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::path::{Path, PathBuf};
 
-/// Most bytes of journal kept before fjall forces the oldest one's keyspaces to flush.
-pub const JOURNAL_MAX_BYTES: u64 = 128 * 1024 * 1024;
+/// Most bytes of sealed journals kept before fjall flushes the keyspaces that pin the
+/// oldest one (fjall's minimum: it bounds the disk and the replay at start).
+pub const JOURNAL_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// Memtable size of the busy keyspaces (jobs, events).
 pub const BIG_MEMTABLE_BYTES: u64 = 32 * 1024 * 1024;
 /// Memtable size of the others (meta, cron, workflows).
