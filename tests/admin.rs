@@ -368,7 +368,10 @@ fn queue_list_stats_and_purge_figures() {
         json!({"total": 2, "page": 1, "per_page": 1})
     );
     let (a, b) = (&first["items"], &second["items"]);
-    assert_eq!((a.as_array().unwrap().len(), b.as_array().unwrap().len()), (1, 1));
+    assert_eq!(
+        (a.as_array().unwrap().len(), b.as_array().unwrap().len()),
+        (1, 1)
+    );
     assert_ne!(a[0]["name"], b[0]["name"]);
     let (_, past) = http(h, "GET", "/ojs/v1/admin/queues?per_page=1&page=3", "");
     assert_eq!(past["items"], json!([]));

@@ -479,10 +479,7 @@ fn polling_pages_filters_and_limits() {
         (events_of(&page).len(), &page["has_more"]),
         (100, &json!(true))
     );
-    let rest = poll(
-        &srv,
-        &format!("queues=pd&after={}", page["cursor"]),
-    );
+    let rest = poll(&srv, &format!("queues=pd&after={}", page["cursor"]));
     assert_eq!(
         (events_of(&rest).len(), &rest["has_more"]),
         (20, &json!(false))
