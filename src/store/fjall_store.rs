@@ -55,8 +55,9 @@
 //!   last level. Until then deleted jobs and pruned events still take disk, and scans
 //!   step over their tombstones (the rebuild at start scans the jobs tree). Reads that
 //!   seek to a key (get, `scan_from`, `floor_key`) are not slowed by tombstones below it.
-//! - **Memory.** The block cache is bounded by `--cache-mb`; memtables add up to about
-//!   their sizes above per keyspace (twice that while one is being flushed). Values of any
+//! - **Memory.** The block cache is bounded by `--cache-mb`; memtables add their sizes
+//!   above per keyspace, and up to four sealed ones per keyspace wait for the background
+//!   flush before writes halt (so bursts are bounded too). Values of any
 //!   size go through the journal and the trees (no key-value separation): a large job is
 //!   rewritten by compaction like a small one.
 //!
