@@ -129,7 +129,10 @@ fn parse_log_level(s: &str) -> Result<String, String> {
 fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
     use tracing_subscriber::filter::LevelFilter;
     let mut filter = tracing_subscriber::EnvFilter::new(level);
-    if filter.max_level_hint().is_none_or(|l| l > LevelFilter::WARN) {
+    if filter
+        .max_level_hint()
+        .is_none_or(|l| l > LevelFilter::WARN)
+    {
         for (target, directive) in [("fjall", "fjall=warn"), ("lsm_tree", "lsm_tree=warn")] {
             if !level.contains(target) {
                 if let Ok(d) = directive.parse() {

@@ -62,7 +62,11 @@ impl Server {
         cmd.args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(self.dir.path().join("db"));
         if let Some(store) = test_store() {
-            if !self.extra.iter().any(|e| e == "--store" || e.starts_with("--store=")) {
+            if !self
+                .extra
+                .iter()
+                .any(|e| e == "--store" || e.starts_with("--store="))
+            {
                 cmd.args(["--store", &store]);
             }
         }
