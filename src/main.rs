@@ -7,7 +7,7 @@ use ojsd::engine::{self, Config};
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
 use ojsd::server::{self, ServerConfig};
-use ojsd::store::{SledStore, StoreError, DEFAULT_CACHE_MB};
+use ojsd::store::{self, StoreError, StoreKind, DEFAULT_CACHE_MB};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -68,7 +68,11 @@ struct Args {
     /// refused with QUEUE_FULL. 0 = no limit.
     #[arg(long, env = "OJSD_MAX_QUEUED_BYTES", default_value_t = engine::DEFAULT_MAX_QUEUED_BYTES)]
     max_queued_bytes: u64,
-    /// Page cache of the embedded database, MiB.
+    /// The embedded database: fjall, or sled (ojsd's store before fjall). A data dir
+    /// records which one wrote it and is refused by the other.
+    #[arg(long, env = "OJSD_STORE", value_enum, default_value_t = StoreKind::DEFAULT)]
+    store: StoreKind,
+    /// Cache of the embedded database (fjall's block cache, sled's page cache), MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
     /// Log filter: off, error, warn, info, debug, trace, or tracing directives that each
@@ -152,6 +156,27 @@ fn parse_log_level(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The tracing filter for `--log-level`. fjall reports its routine work (recovering the
+/// database, rotating journals, flushing) at info: at info and above those go to warn,
+/// unless the filter names fjall or lsm_tree itself.
+fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::filter::LevelFilter;
+    let mut filter = tracing_subscriber::EnvFilter::new(level);
+    if filter
+        .max_level_hint()
+        .is_none_or(|l| l > LevelFilter::WARN)
+    {
+        for (target, directive) in [("fjall", "fjall=warn"), ("lsm_tree", "lsm_tree=warn")] {
+            if !level.contains(target) {
+                if let Ok(d) = directive.parse() {
+                    filter = filter.add_directive(d);
+                }
+            }
+        }
+    }
+    filter
+}
+
 /// clap, with the config file's values (if there is one) as the defaults.
 fn parse_args() -> Args {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -167,7 +192,7 @@ fn parse_args() -> Args {
 
 fn main() {
     let args = parse_args();
-    let filter = tracing_subscriber::EnvFilter::new(&args.log_level);
+    let filter = log_filter(&args.log_level);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -212,12 +237,17 @@ fn run(args: Args) -> Result<(), String> {
         (listener, http_listener)
     };
     let opening = std::time::Instant::now();
-    let store =
-        SledStore::open(&args.data_dir, args.cache_mb * 1024 * 1024).map_err(|e| match e {
-            StoreError::Locked { .. } => e.to_string(),
-            e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
-        })?;
-    tracing::info!(ms = opening.elapsed().as_millis() as u64, "store opened");
+    let cache_bytes = args.cache_mb.saturating_mul(1024 * 1024);
+    let store = store::open(args.store, &args.data_dir, cache_bytes).map_err(|e| match e {
+        // These name the data dir and what to do themselves.
+        StoreError::Locked { .. } | StoreError::WrongStore { .. } => e.to_string(),
+        e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
+    })?;
+    tracing::info!(
+        store = %args.store,
+        ms = opening.elapsed().as_millis() as u64,
+        "store opened"
+    );
     let cfg = Config {
         limits: Limits {
             max_job_bytes: args.max_job_bytes,
@@ -233,7 +263,7 @@ fn run(args: Args) -> Result<(), String> {
         ..Config::default()
     };
     let (handle, engine_thread) =
-        engine::start(Box::new(store), cfg).map_err(|e| format!("cannot start: {e}"))?;
+        engine::start(store, cfg).map_err(|e| format!("cannot start: {e}"))?;
     let server_cfg = Arc::new(ServerConfig {
         password: args.password.clone(),
         max_line: args.max_line_bytes,

@@ -161,31 +161,159 @@ fn a_taken_port_fails_at_once_and_leaves_no_data_dir() {
 
 #[test]
 fn a_second_ojsd_on_the_same_data_dir_is_refused_and_the_first_serves_on() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
+    for store in STORES {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .args(["--store", store])
+            .arg("--data-dir")
+            .arg(&data);
+        let first = Running::start(cmd);
+        let mut c = first.client();
+        call_json(&mut c, r#"PUSH {"type":"t","args":[]}"#);
+
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .env("OJSD_STORE", store)
+            .arg("--data-dir")
+            .arg(&data);
+        let e = run_to_exit(cmd);
+        assert_eq!(e.code, Some(1), "{store}: {}", e.stderr);
+        assert_eq!(
+            one_line(&e),
+            format!("ojsd: another ojsd is using {}", data.display()),
+            "{store}"
+        );
+        assert_eq!(e.stdout, "");
+
+        // The refused start changed nothing for the one that runs.
+        let info = c.info().expect("INFO");
+        assert_eq!(info["totals"]["jobs"], 1, "{store}: {info}");
+    }
+}
+
+const STORES: [&str; 2] = ["fjall", "sled"];
+
+/// Start on `data` with `store` (None: the default), push one job, stop politely.
+fn push_one_and_stop(data: &Path, store: Option<&str>) {
     let mut cmd = ojsd();
     cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
         .arg("--data-dir")
-        .arg(&data);
-    let first = Running::start(cmd);
-    let mut c = first.client();
-    call_json(&mut c, r#"PUSH {"type":"t","args":[]}"#);
+        .arg(data);
+    if let Some(store) = store {
+        cmd.args(["--store", store]);
+    }
+    let mut s = Running::start(cmd);
+    call_json(&mut s.client(), r#"PUSH {"type":"t","args":[]}"#);
+    let _ = Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status();
+    let status = s.child.wait().expect("wait for ojsd");
+    assert_eq!(status.code(), Some(0), "ojsd stopped with {status:?}");
+}
 
+/// The jobs a server on `data` with `store` holds.
+fn jobs_with(data: &Path, store: &str) -> u64 {
     let mut cmd = ojsd();
-    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(["--store", store])
         .arg("--data-dir")
-        .arg(&data);
+        .arg(data);
+    let s = Running::start(cmd);
+    let info = s.client().info().expect("INFO");
+    info["totals"]["jobs"].as_u64().expect("totals.jobs")
+}
+
+/// Starting with `store` on `data` is refused with the one line naming the store that
+/// wrote it, and changes nothing in the directory.
+fn assert_refused(data: &Path, store: &str, how: &str, written_by: &str) {
+    let listing = || {
+        let mut v: Vec<_> = std::fs::read_dir(data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing();
+    let mut cmd = ojsd();
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(data);
+    if how == "env" {
+        cmd.env("OJSD_STORE", store);
+    } else {
+        cmd.args(["--store", store]);
+    }
     let e = run_to_exit(cmd);
-    assert_eq!(e.code, Some(1), "{}", e.stderr);
+    assert_eq!(
+        e.code,
+        Some(1),
+        "{store} ({how}) on a {written_by} dir: {}",
+        e.stderr
+    );
     assert_eq!(
         one_line(&e),
-        format!("ojsd: another ojsd is using {}", data.display())
+        format!(
+            "ojsd: {} was written by the {written_by} store; start with --store {written_by} \
+             (or use an empty data dir)",
+            data.display()
+        )
     );
     assert_eq!(e.stdout, "");
+    assert_eq!(listing(), before, "the refused start wrote nothing");
+}
 
-    // The refused start changed nothing for the one that runs.
-    let info = c.info().expect("INFO");
-    assert_eq!(info["totals"]["jobs"], 1, "{info}");
+#[test]
+fn a_data_dir_is_refused_by_the_store_that_did_not_write_it() {
+    let tmp = tempfile::tempdir().unwrap();
+
+    // The default store (fjall) writes a dir; sled refuses it, by flag or by variable.
+    let fjall_dir = tmp.path().join("fjall");
+    push_one_and_stop(&fjall_dir, None);
+    assert_eq!(
+        std::fs::read_to_string(fjall_dir.join("ojsd-store")).unwrap(),
+        "fjall 1\n"
+    );
+    assert_refused(&fjall_dir, "sled", "flag", "fjall");
+    assert_refused(&fjall_dir, "sled", "env", "fjall");
+    assert_eq!(
+        jobs_with(&fjall_dir, "fjall"),
+        1,
+        "the refusals lost nothing"
+    );
+
+    // A sled dir: refused by the default store, served by --store sled.
+    let sled_dir = tmp.path().join("sled");
+    push_one_and_stop(&sled_dir, Some("sled"));
+    assert_eq!(
+        std::fs::read_to_string(sled_dir.join("ojsd-store")).unwrap(),
+        "sled 1\n"
+    );
+    let mut cmd = ojsd();
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .arg("--data-dir")
+        .arg(&sled_dir);
+    let e = run_to_exit(cmd);
+    assert_eq!(e.code, Some(1), "{}", e.stderr);
+    assert!(
+        one_line(&e).contains("was written by the sled store"),
+        "{}",
+        e.stderr
+    );
+    assert_refused(&sled_dir, "fjall", "env", "sled");
+    assert_eq!(jobs_with(&sled_dir, "sled"), 1);
+
+    // A sled dir from before the marker existed is recognised as sled by its files.
+    std::fs::remove_file(sled_dir.join("ojsd-store")).unwrap();
+    assert_refused(&sled_dir, "fjall", "flag", "sled");
+    assert_eq!(jobs_with(&sled_dir, "sled"), 1);
+    assert_eq!(
+        std::fs::read_to_string(sled_dir.join("ojsd-store")).unwrap(),
+        "sled 1\n",
+        "the old dir got its marker"
+    );
 }
 
 #[test]

@@ -15,6 +15,9 @@ mod extra;
 mod floor;
 #[path = "ojsd_bench/load.rs"]
 mod load;
+#[cfg(feature = "redb")]
+#[path = "ojsd_bench/redb_floor.rs"]
+mod redb_floor;
 #[path = "ojsd_bench/report.rs"]
 mod report;
 
@@ -101,17 +104,29 @@ struct Args {
     /// a new store at this path (removed afterwards) and report the rate the store allows.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["idle", "probe_restart", "fill"])]
     store_floor: Option<std::path::PathBuf>,
-    /// Bytes of one stored job record for --store-floor (ojsd's are ~860 with ~300 bytes of args).
-    #[arg(long, default_value_t = 860)]
-    record_bytes: usize,
-    /// Bytes of one event for --store-floor.
-    #[arg(long, default_value_t = 350)]
-    event_bytes: usize,
+    /// The store --store-floor writes to (redb only in a build with `--features redb`).
+    #[arg(long, value_enum, default_value = "fjall")]
+    store: floor::FloorStore,
+    /// --store-floor's write pattern: `full` (every transition rewrites the whole record,
+    /// as ojsd does today) or `lean` (the record once, small state records after).
+    #[arg(long, value_enum, default_value = "full")]
+    pattern: floor::Pattern,
+    /// Bytes of one stored job record for --store-floor [default: 860 full, 300 lean]
+    /// (ojsd's are ~860 with ~300 bytes of args).
+    #[arg(long)]
+    record_bytes: Option<usize>,
+    /// Bytes of one event for --store-floor [default: 350 full, 120 lean].
+    #[arg(long)]
+    event_bytes: Option<usize>,
     /// With --store-floor: append the same bytes to one plain file with one fdatasync per
-    /// commit instead of writing them to sled, i.e. what the disk and kernel allow for
+    /// commit instead of writing them to a store, i.e. what the disk and kernel allow for
     /// this write pattern with no store in between.
     #[arg(long, requires = "store_floor")]
     raw_log: bool,
+    /// With --store-floor: write the jobs, then delete them all, N times over, and report
+    /// the disk after each phase (does the store give the space back?).
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "store_floor")]
+    churn: u32,
 }
 
 fn main() {
@@ -129,11 +144,14 @@ fn main() {
         i32::from(out["failed"].as_u64() != Some(0))
     } else if let Some(dir) = &args.store_floor {
         let f = floor::Floor {
+            store: args.store,
+            pattern: args.pattern,
             jobs: args.jobs,
             batch: args.batch,
             record_bytes: args.record_bytes,
             event_bytes: args.event_bytes,
             raw_log: args.raw_log,
+            churn: args.churn,
         };
         match floor::run(dir, &f) {
             Ok(out) => {
@@ -268,7 +286,10 @@ fn emit(args: &Args, title: &str, out: &Value) {
     for (k, v) in map {
         let shown = match (k.as_str(), v) {
             ("jobs_per_s" | "push_per_s", Value::Number(x)) => fmt_rate(x.as_f64().unwrap_or(0.0)),
-            ("latency_ms", Value::Object(l)) => format!(
+            (
+                "latency_ms" | "commit_ms" | "churn_commit_ms" | "delete_commit_ms",
+                Value::Object(l),
+            ) => format!(
                 "p50 {} ms, p90 {} ms, p99 {} ms, max {} ms ({} samples)",
                 l["p50"], l["p90"], l["p99"], l["max"], l["samples"]
             ),

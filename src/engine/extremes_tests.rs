@@ -6,7 +6,7 @@
 
 use super::{start, Config, EngineHandle};
 use crate::protocol::{parse_command, Reply};
-use crate::store::SledStore;
+use crate::store::StoreKind;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -135,13 +135,13 @@ fn run_case(c: &Case) {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+    let store = crate::store::open(StoreKind::DEFAULT, dir.path(), 1 << 20).unwrap();
     let cfg = Config {
         test_clock: true,
         fetch_wait: std::time::Duration::from_millis(1),
         ..Config::default()
     };
-    let (h, thread) = start(Box::new(store), cfg).unwrap();
+    let (h, thread) = start(store, cfg).unwrap();
     let wid = Some("w-extreme");
     let mut stored = Vec::new();
 

@@ -410,7 +410,7 @@ mod tests {
     use crate::job::parts::Parts;
     use crate::job::Job;
     use crate::protocol::{parse_command, Reply};
-    use crate::store::{Batch, SledStore, Store};
+    use crate::store::{Batch, StoreKind};
     use serde_json::{json, Value};
 
     fn job(state: &str, queue: &str, extra: Value) -> Job {
@@ -483,9 +483,15 @@ mod tests {
 
     #[test]
     fn start_reads_old_and_new_records_and_skips_bad_ones() {
+        for kind in [StoreKind::Fjall, StoreKind::Sled] {
+            start_reads_old_and_new_records_and_skips_bad_ones_in(kind);
+        }
+    }
+
+    fn start_reads_old_and_new_records_and_skips_bad_ones_in(kind: StoreKind) {
         let dir = tempfile::tempdir().unwrap();
         let jobs = jobs();
-        let mut store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        let mut store = crate::store::open(kind, dir.path(), 1 << 20).unwrap();
         let mut batch = Batch::default();
         for (n, j) in jobs.iter().enumerate() {
             let id = Uuid::parse_str(&j.id).unwrap();
@@ -512,7 +518,7 @@ mod tests {
             fetch_wait: std::time::Duration::from_millis(10),
             ..Default::default()
         };
-        let (handle, thread) = super::super::start(Box::new(store), cfg).unwrap();
+        let (handle, thread) = super::super::start(store, cfg).unwrap();
         let info = call(&handle, "INFO").unwrap();
         assert_eq!(info["totals"]["jobs"], jobs.len());
         assert_eq!(info["totals"]["dead"], 1);
@@ -573,8 +579,14 @@ mod tests {
 
     #[test]
     fn start_indexes_many_records_over_several_scanners() {
+        for kind in [StoreKind::Fjall, StoreKind::Sled] {
+            start_indexes_many_records_over_several_scanners_in(kind);
+        }
+    }
+
+    fn start_indexes_many_records_over_several_scanners_in(kind: StoreKind) {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        let mut store = crate::store::open(kind, dir.path(), 1 << 20).unwrap();
         let mut batch = Batch::default();
         let queues = ["q0", "q1", "q2", "q3", "q4", "q5", "q6"];
         let total = 5 * CHUNK + 17;
@@ -589,7 +601,7 @@ mod tests {
             batch.put(Space::Job, id.as_bytes(), rec);
         }
         store.commit(batch).unwrap();
-        let (handle, thread) = super::super::start(Box::new(store), Default::default()).unwrap();
+        let (handle, thread) = super::super::start(store, Default::default()).unwrap();
         let info = call(&handle, "INFO").unwrap();
         assert_eq!(info["totals"]["jobs"], total);
         for (i, q) in queues.iter().enumerate() {

@@ -353,7 +353,7 @@ mod tests {
     #[test]
     fn a_push_reply_body_is_reused_only_while_its_job_is_unchanged() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::SledStore::open(dir.path(), 1 << 20).unwrap();
+        let store = crate::store::FjallStore::open(dir.path(), 1 << 20).unwrap();
         let (a, ja, pa) = job(1);
         let (b, jb, pb) = job(2);
         let mut txn = Txn::default();

@@ -1,16 +1,74 @@
-//! Persistence behind one narrow trait. Only `sled_store.rs` names sled, so another engine
-//! could replace it without touching the engine.
+//! Persistence behind one narrow trait, with two implementations: fjall (the default, in
+//! `fjall_store.rs`) and sled (`--store sled`, in `sled_store.rs`). Only those two files
+//! name either crate; the rest of ojsd opens a store with [`open`] and sees `dyn Store`.
 //!
-//! The key space is flat and prefixed so that one atomic batch can cover every kind of
-//! record: `j/<16-byte uuid>` job bodies, `m/<name>` small engine metadata, and further
-//! prefixes added by later features (the event log).
+//! The engine addresses records by [`Space`] (jobs, metadata, the event log, cron,
+//! workflows) and a key within it. A [`Batch`] carries each key with its space's two-byte
+//! prefix (`j/<16-byte uuid>`, `m/<name>`, ...): sled keeps that flat prefixed key space in
+//! one tree, fjall maps each prefix to a keyspace of its own and stores the rest of the key.
+//! Either way one commit is one atomic, durable write covering every space it touches.
+//!
+//! A data directory records which store wrote it, in `ojsd-store` (see [`open`]), so that
+//! starting with the other store is refused instead of serving an empty broker.
 
+mod fjall_store;
 mod sled_store;
 
-pub use sled_store::{SledStore, DEFAULT_CACHE_MB};
+#[cfg(test)]
+mod conformance;
+
+pub use fjall_store::FjallStore;
+pub use sled_store::SledStore;
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The default cache of the embedded database, MiB: fjall's block cache, or sled's page
+/// cache. sled's memory use runs well above this figure; 128 keeps 1M queued jobs under
+/// 1 GiB RSS with sled (bench/RESULTS.md).
+pub const DEFAULT_CACHE_MB: u64 = 128;
+
+/// The stores ojsd can keep its data in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// fjall 3: an LSM tree with a journal, one keyspace per record kind (the default).
+    Fjall,
+    /// sled 0.34: one B-tree-like log-structured tree (ojsd's store before fjall).
+    Sled,
+}
+
+impl StoreKind {
+    /// The store a data directory gets unless told otherwise.
+    pub const DEFAULT: StoreKind = StoreKind::Fjall;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Fjall => "fjall",
+            StoreKind::Sled => "sled",
+        }
+    }
+
+    /// The layout version of ojsd's data under this store, written into the marker. A later
+    /// change of layout (keyspaces, key encoding) raises it, so that an older ojsd refuses
+    /// a directory it would misread.
+    pub fn format(self) -> u32 {
+        1
+    }
+
+    fn from_name(name: &str) -> Option<StoreKind> {
+        match name {
+            "fjall" => Some(StoreKind::Fjall),
+            "sled" => Some(StoreKind::Sled),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// What can go wrong in the store, by kind, so that callers (the binary, above all) can
 /// tell an operator's mistake from a broken disk without reading message text.
@@ -26,6 +84,11 @@ pub enum StoreError {
     Corrupt(String),
     /// The database engine failed in a way of its own (unsupported use, internal bug).
     Backend(String),
+    /// The data directory was written by another store than the one asked for.
+    WrongStore { dir: PathBuf, found: StoreKind },
+    /// The data directory's store marker names a store or a format this build does not know
+    /// (a newer ojsd wrote it, or it was damaged).
+    UnknownMarker { path: PathBuf, text: String },
     /// Anything else on the way to or from the store (e.g. a rebuild reader thread panicked).
     Other(String),
 }
@@ -38,6 +101,19 @@ impl fmt::Display for StoreError {
                 write!(f, "{} is not a directory", path.display())
             }
             StoreError::Io(e) => write!(f, "store: {e}"),
+            StoreError::WrongStore { dir, found } => write!(
+                f,
+                "{} was written by the {found} store; start with --store {found} (or use an \
+                 empty data dir)",
+                dir.display()
+            ),
+            StoreError::UnknownMarker { path, text } => write!(
+                f,
+                "{} says {text:?}, which this ojsd does not know (it knows {}); was the data \
+                 dir written by a newer ojsd?",
+                path.display(),
+                known_markers()
+            ),
             StoreError::Corrupt(m) => write!(f, "store: corrupt data: {m}"),
             StoreError::Backend(m) | StoreError::Other(m) => write!(f, "store: {m}"),
         }
@@ -64,7 +140,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// The first and last key of a space, without prefix.
 pub type Bounds = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-/// Record kinds, each its own key prefix.
+/// Record kinds, each its own key prefix (and its own fjall keyspace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Space {
     Job,
@@ -77,6 +153,27 @@ pub enum Space {
 }
 
 impl Space {
+    pub const ALL: [Space; 5] = [
+        Space::Job,
+        Space::Meta,
+        Space::Event,
+        Space::Cron,
+        Space::Workflow,
+    ];
+
+    /// The space's position in [`Space::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The space a prefixed key (as a [`Batch`] holds it) belongs to, and the key within it.
+    pub fn split(key: &[u8]) -> Option<(Space, &[u8])> {
+        let space = Space::ALL
+            .into_iter()
+            .find(|s| key.starts_with(s.prefix()))?;
+        Some((space, &key[2..]))
+    }
+
     pub fn prefix(self) -> &'static [u8] {
         match self {
             Space::Job => b"j/",
@@ -147,4 +244,131 @@ pub trait Store: Send + Sync {
     fn bounds(&self, space: Space) -> StoreResult<Bounds>;
     /// Bytes the store occupies on disk.
     fn size_on_disk(&self) -> StoreResult<u64>;
+}
+
+/// The data directory's record of which store wrote it: one line, `<store> <format>`.
+pub const MARKER_FILE: &str = "ojsd-store";
+
+fn known_markers() -> String {
+    [StoreKind::Fjall, StoreKind::Sled]
+        .iter()
+        .map(|k| format!("\"{k} {}\"", k.format()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which store wrote `dir`: its marker if it has one; else what its files show (a data
+/// dir from before the marker existed is a sled one: `conf` and `db` files; a fjall
+/// database has `version` and `keyspaces/`); `None` for an empty or new directory.
+pub fn written_by(dir: &Path) -> StoreResult<Option<StoreKind>> {
+    let path = dir.join(MARKER_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let line = text.lines().next().unwrap_or("").trim();
+            let mut words = line.split_whitespace();
+            let kind = words.next().and_then(StoreKind::from_name);
+            let format = words.next().and_then(|v| v.parse::<u32>().ok());
+            match (kind, format, words.next()) {
+                (Some(kind), Some(format), None) if format == kind.format() => Ok(Some(kind)),
+                _ => Err(StoreError::UnknownMarker {
+                    path,
+                    text: line.to_string(),
+                }),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if dir.join("conf").is_file() && dir.join("db").is_file() {
+                Ok(Some(StoreKind::Sled))
+            } else if dir.join("version").is_file() && dir.join("keyspaces").is_dir() {
+                Ok(Some(StoreKind::Fjall))
+            } else {
+                Ok(None)
+            }
+        }
+        Err(e) => Err(StoreError::Io(e)),
+    }
+}
+
+/// Write the marker atomically (temporary file, fsync, rename, fsync of the directory), so
+/// that a crash leaves either no marker (the files still tell) or a whole one.
+fn write_marker(dir: &Path, kind: StoreKind) -> StoreResult<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{MARKER_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(f, "{kind} {}", kind.format())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(MARKER_FILE))?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Open (creating if needed) the data directory `dir` with the store `kind`.
+///
+/// A directory written by the other store is refused with [`StoreError::WrongStore`]
+/// before that store's files are touched; a directory whose marker names a store or format
+/// this build does not know is refused with [`StoreError::UnknownMarker`]. A directory
+/// without a marker (new, or from before markers) gets one once the store has opened it.
+pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dyn Store>> {
+    ensure_dir(dir)?;
+    let found = written_by(dir)?;
+    if let Some(found) = found.filter(|f| *f != kind) {
+        return Err(StoreError::WrongStore {
+            dir: dir.to_path_buf(),
+            found,
+        });
+    }
+    let store: Box<dyn Store> = match kind {
+        StoreKind::Fjall => Box::new(FjallStore::open(dir, cache_bytes)?),
+        StoreKind::Sled => Box::new(SledStore::open(dir, cache_bytes)?),
+    };
+    // Only now, with the store's lock held: a second ojsd refused as Locked writes nothing.
+    if !dir.join(MARKER_FILE).exists() {
+        write_marker(dir, kind)?;
+    }
+    Ok(store)
+}
+
+/// Create `dir` if needed; a file (or a file on its path) standing where the directory
+/// should be is `NotADirectory` naming that file, not a bare "File exists".
+pub(crate) fn ensure_dir(dir: &Path) -> StoreResult<()> {
+    match std::fs::create_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let not_dir = dir
+                .ancestors()
+                .find(|p| p.exists() && !p.is_dir())
+                .map(Path::to_path_buf);
+            match not_dir {
+                Some(path) => Err(StoreError::NotADirectory { path }),
+                None => Err(StoreError::Io(e)),
+            }
+        }
+    }
+}
+
+/// Bytes allocated on disk to the files under `dir` (what `du` reports): preallocated but
+/// unwritten space (fjall's journal) and holes in sparse files do not count.
+pub fn allocated_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = match std::fs::read_dir(&d) {
+            Ok(e) => e,
+            // A file removed by a background compaction while we walk is not an error.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let Ok(entry) = entry else { continue };
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    Ok(total)
 }

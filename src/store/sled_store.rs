@@ -6,14 +6,10 @@
 //! commit is `apply_batch` + `flush` + `fsync` of the log file and of any new blob file.
 //! The segment size is raised so that values up to several MiB stay inline in the log.
 
-use super::{Batch, Op, Space, Store, StoreError, StoreResult};
+use super::{ensure_dir, Batch, Op, Space, Store, StoreError, StoreResult};
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-
-/// The default page cache, MiB. sled's memory use runs well above this figure; 128 keeps
-/// 1M queued jobs under 1 GiB RSS (bench/RESULTS.md).
-pub const DEFAULT_CACHE_MB: u64 = 128;
 
 pub struct SledStore {
     db: sled::Db,
@@ -51,24 +47,6 @@ fn open_err(dir: &Path, e: sled::Error) -> StoreError {
             }
         }
         e => err(e),
-    }
-}
-
-/// Create `dir` if needed; a file (or a file on its path) standing where the directory
-/// should be is `NotADirectory` naming that file, not a bare "File exists".
-fn ensure_dir(dir: &Path) -> StoreResult<()> {
-    match std::fs::create_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let not_dir = dir
-                .ancestors()
-                .find(|p| p.exists() && !p.is_dir())
-                .map(Path::to_path_buf);
-            match not_dir {
-                Some(path) => Err(StoreError::NotADirectory { path }),
-                None => Err(StoreError::Io(e)),
-            }
-        }
     }
 }
 

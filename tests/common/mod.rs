@@ -1,7 +1,8 @@
 //! Test harness: start a real `ojsd` process on a free port with its own data directory,
 //! talk to it over sockets, stop it politely (SIGTERM) or not (SIGKILL), restart it on the
 //! same data. Servers run with `--test-clock`, so tests move time with `CLOCK ADVANCE`
-//! instead of sleeping.
+//! instead of sleeping. `OJSD_TEST_STORE=sled` runs them on sled instead of the default
+//! store.
 #![allow(dead_code)]
 
 use ojs_client::{Client, ConnectOptions, Reply};
@@ -86,9 +87,19 @@ impl Server {
                 c
             }
         };
-        let mut child = command
+        command
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(self.dir.path().join("db"))
+            .arg(self.dir.path().join("db"));
+        if let Some(store) = test_store() {
+            if !self
+                .extra
+                .iter()
+                .any(|e| e == "--store" || e.starts_with("--store="))
+            {
+                command.args(["--store", &store]);
+            }
+        }
+        let mut child = command
             .args(base_args(&self.extra))
             .args(&self.extra)
             .stdout(Stdio::piped())
@@ -172,6 +183,14 @@ impl Server {
     pub fn data_path(&self) -> PathBuf {
         self.dir.path().join("db")
     }
+}
+
+/// The store every test server runs on: `OJSD_TEST_STORE` (fjall or sled) if set, else
+/// ojsd's default. CI runs the suites that depend on the store once more with sled.
+pub fn test_store() -> Option<String> {
+    std::env::var("OJSD_TEST_STORE")
+        .ok()
+        .filter(|s| !s.is_empty())
 }
 
 /// `BASE_ARGS` minus the flags (with their values) that `extra` sets itself.
