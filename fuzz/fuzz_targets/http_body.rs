@@ -2,7 +2,7 @@
 //! line protocol), over arbitrary bytes. None may panic, and:
 //!
 //! - `ojsd::json::parse` accepts only documents at most `MAX_DEPTH` deep, and its bracket
-//!   scan measures an accepted document exactly as deep as the parsed value;
+//!   scan measures an accepted document at least as deep as the parsed value;
 //! - a workflow definition accepted by `parse_definition` stays within the job and nesting
 //!   limits, and every job in it passes PUSH's validator on its own;
 //! - a cron registration accepted by `CronDef::parse` reads back from its stored form
@@ -39,10 +39,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let d = json::depth(&v);
     assert!(d <= MAX_DEPTH, "accepted a document {d} deep");
-    assert_eq!(
-        json::text_depth(data, usize::MAX),
-        d,
-        "scan and value agree"
+    // Not equal: with a repeated key the value keeps the last one, the scan sees both.
+    let scanned = json::text_depth(data, usize::MAX);
+    assert!(
+        scanned >= d,
+        "the scan ({scanned}) measures less than the value ({d})"
     );
 
     let limits = Limits::default();
