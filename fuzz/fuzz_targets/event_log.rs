@@ -7,11 +7,9 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let first = 1_000;
     if let Some(entries) = ojsd::events::decode_chunk(first, data) {
-        let mut expect = first;
-        for (cursor, json) in &entries {
+        for (expect, (cursor, json)) in (first..).zip(&entries) {
             assert_eq!(*cursor, expect);
             assert!(json.len() <= data.len());
-            expect += 1;
         }
     }
 });

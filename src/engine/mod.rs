@@ -27,6 +27,12 @@ mod workflows;
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
 
+/// The stored job record format, for the `record` fuzz target (`fuzz/`) only: not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use super::record::{decode_record, encode_record, IndexHeader, Record};
+}
+
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::validate::Limits;
 use crate::protocol::{Command, Reply};

@@ -428,4 +428,27 @@ mod tests {
         let big = with("args", json!(["x".repeat(1 << 20)]));
         assert_eq!(parse(big).unwrap_err().code, PayloadTooLarge);
     }
+
+    /// Found by the `record` fuzz target: without serde_json's `float_roundtrip` a number
+    /// with many digits was read as a float whose shortest form then read back as another
+    /// float, so a job's args changed between PUSH and reading its stored record.
+    #[test]
+    fn numbers_read_back_from_the_stored_job_unchanged() {
+        let digits = "5".repeat(33);
+        for n in [
+            digits.as_str(),
+            "5.5555555555555556e+32",
+            "0.1",
+            "1e23",
+            "-2.5e-308",
+        ] {
+            let text = format!(r#"{{"type": "a", "args": [{n}], "meta": {{"k": {n}}}}}"#);
+            let v: Value = crate::json::parse(text.as_bytes()).unwrap();
+            let job = parse(v).unwrap().job;
+            let stored = serde_json::to_vec(&job).unwrap();
+            let back: Job = serde_json::from_slice(&stored).unwrap();
+            assert_eq!(back, job, "{n}");
+            assert_eq!(serde_json::to_vec(&back).unwrap(), stored, "{n}");
+        }
+    }
 }
