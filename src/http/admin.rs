@@ -130,6 +130,14 @@ fn query_pairs(
         .map_err(|e| ApiError::bad_request(e.body_text()))
 }
 
+/// A query parameter that must be a non-negative integer.
+fn query_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ApiError> {
+    value
+        .trim()
+        .parse::<T>()
+        .map_err(|_| ApiError::bad_request(format!("{key} must be a non-negative integer")))
+}
+
 /// `?page=&per_page=` of a list route (ojs-admin-api pagination): page from 1, per_page
 /// 1..=1000, default 50.
 fn page_of(
@@ -137,11 +145,7 @@ fn page_of(
 ) -> Result<(usize, usize), ApiError> {
     let (mut page, mut per_page) = (1usize, 50usize);
     for (k, v) in query_pairs(q)? {
-        let num = || {
-            v.trim()
-                .parse::<usize>()
-                .map_err(|_| ApiError::bad_request(format!("{k} must be a non-negative integer")))
-        };
+        let num = || query_num::<usize>(&k, &v);
         match k.as_str() {
             "page" => page = num()?.max(1),
             "per_page" => per_page = num()?.clamp(1, 1000),
@@ -245,11 +249,7 @@ async fn dead_list(
     let mut obj = Map::new();
     let (mut page, mut per_page) = (None, None);
     for (k, v) in query_pairs(q)? {
-        let num = || {
-            v.trim()
-                .parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("{k} must be a non-negative integer")))
-        };
+        let num = || query_num::<u64>(&k, &v);
         match k.as_str() {
             "page" => page = Some(num()?.max(1)),
             "per_page" => per_page = Some(num()?.clamp(1, parse::DEAD_LIST_MAX as u64)),

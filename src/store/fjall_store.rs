@@ -286,19 +286,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn second_open_of_a_dir_is_locked() {
-        // flock locks belong to open file descriptions, so a second open in the same
-        // process conflicts exactly as a second process would.
-        let dir = tempfile::tempdir().unwrap();
-        let _first = FjallStore::open(dir.path(), 1 << 20).unwrap();
-        match FjallStore::open(dir.path(), 1 << 20) {
-            Err(StoreError::Locked { dir: d }) => assert_eq!(d, dir.path()),
-            Err(e) => panic!("expected Locked, got {e:?}"),
-            Ok(_) => panic!("a second open of a locked dir succeeded"),
-        }
-    }
-
-    #[test]
     fn each_space_is_its_own_keyspace_holding_keys_without_prefix() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = FjallStore::open(dir.path(), 1 << 20).unwrap();

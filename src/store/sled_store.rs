@@ -35,7 +35,7 @@ fn err(e: sled::Error) -> StoreError {
 /// sled 0.34 takes an exclusive `flock` (fs2's `try_lock_exclusive`) on `<dir>/db` and, when
 /// that fails, returns `Error::Io` of kind `Other` whose text starts "could not acquire lock"
 /// (config.rs, `try_lock`): the `WouldBlock` it got is only in the text, so the text is
-/// what we can match. `second_open_of_a_dir_is_locked` pins this down.
+/// what we can match. The conformance test `a_second_open_is_locked` pins this down.
 fn open_err(dir: &Path, e: sled::Error) -> StoreError {
     match e {
         sled::Error::Io(io)
@@ -213,19 +213,6 @@ mod tests {
         assert_eq!(seen, vec![(b"b".to_vec(), b"2".to_vec())]);
         assert_eq!(s.get(Space::Meta, b"x").unwrap(), Some(b"3".to_vec()));
         assert_eq!(s.get(Space::Meta, b"b").unwrap(), None);
-    }
-
-    #[test]
-    fn second_open_of_a_dir_is_locked() {
-        // flock locks belong to open file descriptions, so a second open in the same
-        // process conflicts exactly as a second process would.
-        let dir = tempfile::tempdir().unwrap();
-        let _first = SledStore::open(dir.path(), 1 << 20).unwrap();
-        match SledStore::open(dir.path(), 1 << 20) {
-            Err(StoreError::Locked { dir: d }) => assert_eq!(d, dir.path()),
-            Err(e) => panic!("expected Locked, got {e:?}"),
-            Ok(_) => panic!("a second open of a locked dir succeeded"),
-        }
     }
 
     #[test]
