@@ -4,10 +4,8 @@
 //! replies. Timers run in the same loop, so nothing else ever mutates state.
 
 mod admin;
-mod admin_queues;
 mod clock;
 mod cron;
-mod dead;
 mod events;
 mod hooks;
 mod index;
@@ -19,10 +17,7 @@ mod throughput;
 mod txn;
 mod unique;
 mod workers;
-mod workflow_records;
-mod workflow_state;
-mod workflow_view;
-mod workflows;
+mod workflow;
 
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
@@ -312,7 +307,7 @@ pub struct Engine {
     /// Decoded recent jobs, lent to each batch's `Txn`.
     cache: txn::JobCache,
     cron: cron::CronState,
-    workflows: workflows::Workflows,
+    workflows: workflow::Workflows,
 }
 
 /// Open the engine over a store: rebuild the index, then run it on its own thread.

@@ -10,10 +10,12 @@
 //!
 //! Store layout: `w/<workflow id>\0h` the header, `w/<workflow id>\0n<u32 BE>` each node.
 
-use super::txn::{Out, Txn};
-use super::workflow_state::{Effect, Header, Node, Outcome, Settle, Workflow};
-use super::workflow_view::Live;
-use super::Engine;
+mod records;
+mod state;
+mod view;
+
+use crate::engine::txn::{Out, Txn};
+use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{Job, State};
@@ -22,14 +24,16 @@ use crate::protocol::Reply;
 use crate::store::{Batch, Space, StoreError};
 use crate::workflow;
 use serde_json::{json, Value};
+use state::{Effect, Header, Node, Outcome, Settle, Workflow};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use uuid::Uuid;
+use view::Live;
 
 /// Ended workflows past retention deleted per WORKFLOW command.
 const PRUNE_PER_CALL: usize = 100;
 
 #[derive(Default)]
-pub(super) struct Workflows {
+pub(in crate::engine) struct Workflows {
     map: HashMap<String, Workflow>,
     /// Enqueued, unfinished workflow jobs → their workflow and node.
     by_job: HashMap<Uuid, (String, u32)>,
@@ -111,7 +115,11 @@ fn settle_of(job: &Job, state: State) -> Settle {
 }
 
 impl Engine {
-    pub(super) fn workflow_cmd(&mut self, txn: &mut Txn, cmd: WorkflowCmd) -> OjsResult<Out> {
+    pub(in crate::engine) fn workflow_cmd(
+        &mut self,
+        txn: &mut Txn,
+        cmd: WorkflowCmd,
+    ) -> OjsResult<Out> {
         self.prune_workflows(txn);
         let v = match cmd {
             WorkflowCmd::Create { definition } => self.workflow_create(txn, definition)?,
@@ -272,16 +280,21 @@ impl Engine {
     }
 
     /// Whether `uid` belongs to a workflow that was cancelled.
-    pub(super) fn workflow_cancelled_for(&self, uid: Uuid) -> bool {
+    pub(in crate::engine) fn workflow_cancelled_for(&self, uid: Uuid) -> bool {
         self.workflows
             .by_job
             .get(&uid)
             .and_then(|(id, _)| self.workflows.map.get(id))
-            .is_some_and(|wf| wf.header.state == super::workflow_records::WfState::Cancelled)
+            .is_some_and(|wf| wf.header.state == records::WfState::Cancelled)
     }
 
     /// A workflow job reached a terminal state (from the `settled` hook).
-    pub(super) fn workflow_job_settled(&mut self, txn: &mut Txn, uid: Uuid, state: State) {
+    pub(in crate::engine) fn workflow_job_settled(
+        &mut self,
+        txn: &mut Txn,
+        uid: Uuid,
+        state: State,
+    ) {
         let Some((id, n)) = self.workflows.by_job.remove(&uid) else {
             return;
         };
@@ -305,14 +318,14 @@ impl Engine {
 
     /// A workflow job was deleted before it finished (QUEUE PURGE): a failure for its
     /// workflow, which would otherwise wait for it forever.
-    pub(super) fn workflow_job_deleted(&mut self, txn: &mut Txn, uid: Uuid) {
+    pub(in crate::engine) fn workflow_job_deleted(&mut self, txn: &mut Txn, uid: Uuid) {
         if self.workflows.by_job.contains_key(&uid) {
             self.workflow_job_settled(txn, uid, State::Discarded);
         }
     }
 
     /// A workflow job was fetched: the first fetch starts its workflow (§8.2).
-    pub(super) fn workflow_job_started(&mut self, txn: &mut Txn, uid: Uuid) {
+    pub(in crate::engine) fn workflow_job_started(&mut self, txn: &mut Txn, uid: Uuid) {
         let Some((id, _)) = self.workflows.by_job.get(&uid) else {
             return;
         };
@@ -357,7 +370,7 @@ impl Engine {
 
     /// Start-up: load every workflow, then settle any job that finished without its
     /// workflow hearing of it (cannot happen with atomic commits; checked all the same).
-    pub(super) fn rebuild_workflows(&mut self) -> Result<(), StoreError> {
+    pub(in crate::engine) fn rebuild_workflows(&mut self) -> Result<(), StoreError> {
         let mut headers: HashMap<String, Header> = HashMap::new();
         let mut nodes: HashMap<String, BTreeMap<u32, Node>> = HashMap::new();
         let mut bad = 0usize;

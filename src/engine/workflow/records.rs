@@ -1,6 +1,6 @@
 //! The stored records of a workflow: its header and one node per step, job, nested
 //! workflow or callback (serialized as JSON, one store record each), and the values that
-//! pass between the state machine (`workflow_state`) and the engine.
+//! pass between the state machine (`state`) and the engine.
 
 use crate::workflow::{Kind, Role};
 use chrono::{DateTime, Utc};
@@ -138,7 +138,12 @@ pub struct Node {
 }
 
 impl Node {
-    pub(super) fn new(kind: NodeKind, path: String, parent: Option<u32>, index: u32) -> Node {
+    pub(in crate::engine) fn new(
+        kind: NodeKind,
+        path: String,
+        parent: Option<u32>,
+        index: u32,
+    ) -> Node {
         Node {
             kind,
             path,

@@ -1,10 +1,13 @@
 //! Heartbeats, INFO, the QUEUE command (pause/resume here; list, stats and purge in
-//! admin_queues.rs) and worker directives. The dead-letter set is in dead.rs.
+//! queues.rs) and worker directives. The dead-letter set is in dead.rs.
 
-use super::events::job_data;
-use super::index::TimerKind;
-use super::txn::{Out, Txn};
-use super::Engine;
+mod dead;
+mod queues;
+
+use crate::engine::events::job_data;
+use crate::engine::index::TimerKind;
+use crate::engine::txn::{Out, Txn};
+use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{format_ts, State};
@@ -14,12 +17,17 @@ use crate::store::Space;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-pub(super) const PAUSED_PREFIX: &str = "paused/";
+pub(in crate::engine) const PAUSED_PREFIX: &str = "paused/";
 
 impl Engine {
     /// BEAT: a sign of life that also extends the reservations of every job the worker holds
     /// (ojs-retry §9.3), answered with the pending directive if there is one.
-    pub(super) fn beat(&mut self, txn: &mut Txn, wid: &str, _reported: Option<&[String]>) -> Reply {
+    pub(in crate::engine) fn beat(
+        &mut self,
+        txn: &mut Txn,
+        wid: &str,
+        _reported: Option<&[String]>,
+    ) -> Reply {
         let w: Arc<str> = Arc::from(wid);
         let now_ms = self.now_ms();
         self.workers.touch(&w, now_ms);
@@ -70,7 +78,7 @@ impl Engine {
     }
 
     /// HELLO with a `wid`: the first connection of a worker announces it.
-    pub(super) fn worker_hello(&mut self, txn: &mut Txn, wid: Arc<str>, info: Value) {
+    pub(in crate::engine) fn worker_hello(&mut self, txn: &mut Txn, wid: Arc<str>, info: Value) {
         let now = self.now_ms();
         let queues = info.get("queues").cloned().unwrap_or(json!([]));
         let concurrency = info.get("concurrency").cloned().unwrap_or(json!(1));
@@ -87,7 +95,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn worker_gone(&mut self, txn: &mut Txn, wid: Arc<str>) {
+    pub(in crate::engine) fn worker_gone(&mut self, txn: &mut Txn, wid: Arc<str>) {
         if let Some((completed, started)) = self.workers.disconnect(&wid) {
             let data = json!({"worker_id": &*wid, "reason": "shutdown", "jobs_completed": completed,
                 "uptime_ms": (self.now_ms() - started).max(0)});
@@ -96,7 +104,7 @@ impl Engine {
     }
 
     /// `worker.stopped` (ojs-events §3), from the worker itself.
-    pub(super) fn worker_stopped(&mut self, txn: &mut Txn, wid: &str, data: Value) {
+    pub(in crate::engine) fn worker_stopped(&mut self, txn: &mut Txn, wid: &str, data: Value) {
         self.emit_plain(
             txn,
             "worker.stopped",
@@ -106,7 +114,7 @@ impl Engine {
         );
     }
 
-    pub(super) fn direct_worker(
+    pub(in crate::engine) fn direct_worker(
         &mut self,
         txn: &mut Txn,
         wid: &str,
@@ -123,7 +131,7 @@ impl Engine {
     }
 
     /// PROGRESS from the worker holding a job (ojs-events `job.progress`).
-    pub(super) fn progress(
+    pub(in crate::engine) fn progress(
         &mut self,
         txn: &mut Txn,
         wid: Option<&Arc<str>>,
@@ -134,7 +142,7 @@ impl Engine {
         let uid = self.active_job(id, wid, "PROGRESS")?;
         let job = txn
             .job(self.store.as_ref(), uid)?
-            .ok_or_else(|| super::jobs::not_found(id))?;
+            .ok_or_else(|| crate::engine::jobs::not_found(id))?;
         let extra = json!({"worker_id": job.worker_id, "attempt": job.attempt,
             "progress_percent": percent, "progress_message": message});
         self.emit_with(
@@ -147,7 +155,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn info(&self) -> Reply {
+    pub(in crate::engine) fn info(&self) -> Reply {
         let mut queues = Map::new();
         for q in &self.index.queues {
             let mut m = Map::new();
@@ -174,7 +182,7 @@ impl Engine {
                 "version": env!("CARGO_PKG_VERSION"),
                 "now": format_ts(self.now),
                 "uptime_s": self.started.elapsed().as_secs(),
-                "connections": super::connections_open(&self.connections),
+                "connections": crate::engine::connections_open(&self.connections),
                 "store_bytes": size,
             },
             "totals": {
@@ -191,7 +199,7 @@ impl Engine {
         }))
     }
 
-    pub(super) fn queue_cmd(
+    pub(in crate::engine) fn queue_cmd(
         &mut self,
         txn: &mut Txn,
         cmd: QueueCmd,
@@ -254,7 +262,7 @@ impl Engine {
     }
 }
 
-pub(super) fn directive_name(d: Option<WorkerDirective>) -> &'static str {
+pub(in crate::engine) fn directive_name(d: Option<WorkerDirective>) -> &'static str {
     match d {
         None => "running",
         Some(WorkerDirective::Quiet) => "quiet",

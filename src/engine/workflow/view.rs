@@ -2,7 +2,7 @@
 //! /ojs/v1/workflows/:id` (ojs-workflows §11.2, error report §9.6) and the data of the
 //! workflow events (ojs-events §4.4, ojs-workflows Appendix B).
 
-use super::workflow_state::{Effect, NodeKind, NodeState, Workflow};
+use super::state::{Effect, NodeKind, NodeState, Workflow};
 use crate::job::{format_ts, State};
 use crate::workflow::Kind;
 use chrono::{DateTime, Utc};
@@ -53,7 +53,7 @@ impl Workflow {
     }
 
     /// An event about this workflow: its id, name and type, plus `extra`.
-    pub(super) fn event(&self, kind: &'static str, extra: Value) -> Effect {
+    pub(in crate::engine) fn event(&self, kind: &'static str, extra: Value) -> Effect {
         let h = &self.header;
         let mut data = Map::new();
         data.insert("workflow_id".into(), json!(h.id));
@@ -72,7 +72,7 @@ impl Workflow {
     }
 
     /// A step of a chain, or a job/callback of a group or batch, finished.
-    pub(super) fn child_event(&self, n: u32, p: u32, now: DateTime<Utc>) -> Effect {
+    pub(in crate::engine) fn child_event(&self, n: u32, p: u32, now: DateTime<Utc>) -> Effect {
         let node = &self.nodes[n as usize];
         let parent = &self.nodes[p as usize];
         let ok = node.state == NodeState::Completed;
@@ -115,7 +115,7 @@ impl Workflow {
         self.event(kind, Value::Object(data))
     }
 
-    pub(super) fn completed_event(&self, now: DateTime<Utc>) -> Effect {
+    pub(in crate::engine) fn completed_event(&self, now: DateTime<Utc>) -> Effect {
         let h = &self.header;
         let total = self.nodes.first().map_or(0, |r| r.children.len());
         let data = json!({"total_steps": total,
@@ -125,7 +125,7 @@ impl Workflow {
         self.event("workflow.completed", data)
     }
 
-    pub(super) fn failed_event(&self) -> Effect {
+    pub(in crate::engine) fn failed_event(&self) -> Effect {
         let c = &self.nodes[self.cause(0) as usize];
         let error = c.error.clone().unwrap_or(Value::Null);
         let data = json!({"failed_step_id": c.path, "failed_step_type": c.job_type,

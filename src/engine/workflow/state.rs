@@ -4,7 +4,7 @@
 //! node 0 being the workflow itself; every node is its own store record, so a transition
 //! rewrites only the few nodes it touched (`take_dirty`).
 
-pub use super::workflow_records::{
+pub use super::records::{
     Cancellation, Effect, Header, Node, NodeKind, NodeState, Outcome, Settle, WfState,
 };
 use crate::workflow::{Def, Definition, Flow, JobDef, Role};
@@ -491,5 +491,5 @@ impl Workflow {
 }
 
 #[cfg(test)]
-#[path = "workflow_state_tests.rs"]
+#[path = "state_tests.rs"]
 mod tests;

@@ -3,8 +3,8 @@
 //! filter matches, and the retention sweep of §5/§8 (`--dead-retention`, default 180 days,
 //! and `--dead-max`, default 10,000; a job over either limit is pruned, oldest first).
 
-use super::txn::{Out, Txn};
-use super::Engine;
+use crate::engine::txn::{Out, Txn};
+use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{format_ts, Job, State};
@@ -114,7 +114,7 @@ impl Engine {
         Ok(ids)
     }
 
-    pub(super) fn dead_cmd(&mut self, txn: &mut Txn, cmd: DeadCmd) -> OjsResult<Out> {
+    pub(in crate::engine) fn dead_cmd(&mut self, txn: &mut Txn, cmd: DeadCmd) -> OjsResult<Out> {
         match cmd {
             DeadCmd::List {
                 filter,
@@ -249,7 +249,7 @@ impl Engine {
     /// `--dead-retention`, then the oldest while more than `--dead-max` remain. Runs at
     /// the end of every batch (a peek when there is nothing to do), so a limit lowered
     /// across a restart is applied at once too.
-    pub(super) fn prune_dead(&mut self, txn: &mut Txn) {
+    pub(in crate::engine) fn prune_dead(&mut self, txn: &mut Txn) {
         let cutoff = self.now_ms().saturating_sub(self.dead_retention_ms());
         let mut pruned = 0usize;
         while pruned < MAX_PRUNE_PER_TURN {

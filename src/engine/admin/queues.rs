@@ -1,9 +1,9 @@
 //! Queue and worker administration (ojs-admin-api §6, §9): QUEUE LIST, QUEUE STATS,
 //! QUEUE PURGE and the worker list. Pause and resume live in admin.rs.
 
-use super::index::{Queue, QueueId};
-use super::txn::Txn;
-use super::Engine;
+use crate::engine::index::{Queue, QueueId};
+use crate::engine::txn::Txn;
+use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::{format_ts, State};
 use crate::protocol::Reply;
@@ -55,7 +55,7 @@ impl Engine {
     }
 
     /// QUEUE LIST: `{"total": n, "queues": [...]}`, by name.
-    pub(super) fn queue_list(&self) -> Reply {
+    pub(in crate::engine) fn queue_list(&self) -> Reply {
         let mut queues: Vec<&Queue> = self.index.queues.iter().collect();
         queues.sort_by(|a, b| a.name.cmp(&b.name));
         let items: Vec<Value> = queues
@@ -67,7 +67,7 @@ impl Engine {
 
     /// QUEUE STATS: the summary plus the age of the longest-waiting available job
     /// (`oldest_available_at`, `latency_ms` = now - its `enqueued_at`).
-    pub(super) fn queue_stats(&self, txn: &Txn, name: &str) -> OjsResult<Reply> {
+    pub(in crate::engine) fn queue_stats(&self, txn: &Txn, name: &str) -> OjsResult<Reply> {
         let qid = self.known_queue(name)?;
         let q = self.index.queue(qid);
         let mut m = self.queue_summary(q);
@@ -103,7 +103,7 @@ impl Engine {
     /// QUEUE PURGE: delete the queue's jobs in `states` (the parser refuses `active`),
     /// only those older than `older_than` when it is given: the terminal time of a
     /// completed, cancelled or discarded job, the creation time of a waiting one.
-    pub(super) fn queue_purge(
+    pub(in crate::engine) fn queue_purge(
         &mut self,
         txn: &mut Txn,
         name: &str,
@@ -153,7 +153,7 @@ impl Engine {
     /// heartbeat timeout), by id. `last_heartbeat_at` is the last sign of life: a BEAT or
     /// any other command from one of its connections. `stale` is set after a third of
     /// `--heartbeat-timeout` of silence (a missed 15 s beat at the defaults).
-    pub(super) fn worker_list(&self) -> Reply {
+    pub(in crate::engine) fn worker_list(&self) -> Reply {
         let now = self.now_ms();
         let stale_after =
             i64::try_from(self.cfg.heartbeat_timeout.as_millis() / 3).unwrap_or(i64::MAX);
@@ -163,7 +163,7 @@ impl Engine {
         let items: Vec<Value> = rows
             .into_iter()
             .map(|(wid, w)| {
-                let state = super::admin::directive_name(w.directive);
+                let state = super::directive_name(w.directive);
                 match state {
                     "quiet" => quiet += 1,
                     "terminate" => terminate += 1,
