@@ -90,7 +90,7 @@ pub struct Index {
     pub dead: BTreeSet<(i64, Uuid)>,
     dead_at: HashMap<Uuid, i64>,
     /// Uniqueness keys of the jobs that carry a `unique` policy (ojs-unique-jobs).
-    pub unique: super::unique::UniqueIndex,
+    pub unique: super::jobs::unique::UniqueIndex,
     pub next_seq: u64,
     /// The job count last written to the store for the next start (`note_job_count`).
     pub jobs_noted: usize,

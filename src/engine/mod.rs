@@ -15,7 +15,6 @@ mod rebuild;
 mod record;
 mod throughput;
 mod txn;
-mod unique;
 mod workers;
 mod workflow;
 

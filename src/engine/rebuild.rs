@@ -162,7 +162,7 @@ impl Scanner {
         let dead_at = (state == State::Discarded).then(|| h.discarded_at.unwrap_or(now_ms));
         if h.unique {
             let job = serde_json::from_slice::<crate::job::Job>(record.body).ok();
-            match job.as_ref().and_then(super::unique::policy_of) {
+            match job.as_ref().and_then(super::jobs::unique::policy_of) {
                 Some((_, key)) => {
                     let created = job.map_or(now_ms, |j| j.created_at.timestamp_millis());
                     chunk.unique.push((id, key, created));

@@ -8,9 +8,9 @@
 //! The index is memory only; the rebuild at start recomputes it from the stored jobs.
 //! PUSH and PUSHB themselves live here too: validate, check the key, store.
 
-use super::jobs::Prepared;
-use super::txn::Txn;
-use super::Engine;
+use crate::engine::jobs::Prepared;
+use crate::engine::txn::Txn;
+use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::unique::{OnConflict, UniqueKey, UniquePolicy};
 use crate::job::validate::NewJob;
@@ -57,7 +57,7 @@ impl UniqueIndex {
 }
 
 /// The policy and key of a job, if it has a valid `unique` attribute.
-pub(super) fn policy_of(job: &Job) -> Option<(UniquePolicy, UniqueKey)> {
+pub(in crate::engine) fn policy_of(job: &Job) -> Option<(UniquePolicy, UniqueKey)> {
     let policy = UniquePolicy::parse(job.unique.as_ref()?, &job.args).ok()?;
     let key = policy.key(&job.job_type, &job.queue, &job.args, &job.meta);
     Some((policy, key))
@@ -72,7 +72,7 @@ pub struct Pushed {
 }
 
 /// What to do with a validated job once its key has been checked.
-pub(super) enum Admit {
+pub(in crate::engine) enum Admit {
     /// Store it (with its key), cancelling these jobs first (`replace`, §5.2).
     Insert {
         cancel: Vec<Uuid>,
@@ -85,7 +85,7 @@ pub(super) enum Admit {
 /// Jobs of one PUSHB admitted so far, seen by the checks of the jobs after them, so a
 /// batch is decided in full before anything in it is applied (all or nothing).
 #[derive(Default)]
-pub(super) struct Overlay {
+pub(in crate::engine) struct Overlay {
     /// (id, key, state it will start in, scheduled_at)
     added: Vec<(Uuid, UniqueKey, State, Option<String>)>,
     cancelled: HashSet<Uuid>,
@@ -107,13 +107,18 @@ fn duplicate(holder: Uuid, state: State, key: &UniqueKey, why: &str) -> OjsError
 impl Engine {
     /// The id of the job that answers the PUSH: the new one, or the existing one when a
     /// `unique` policy with `on_conflict: ignore` met a duplicate.
-    pub(super) fn push(&mut self, txn: &mut Txn, value: Value, len: usize) -> OjsResult<Uuid> {
+    pub(in crate::engine) fn push(
+        &mut self,
+        txn: &mut Txn,
+        value: Value,
+        len: usize,
+    ) -> OjsResult<Uuid> {
         let job = Prepared::new(value, len, &self.cfg.limits);
         Ok(self.push_one(txn, job)?.id)
     }
 
     /// PUSH: validate, check the uniqueness key, store.
-    pub(super) fn push_one(
+    pub(in crate::engine) fn push_one(
         &mut self,
         txn: &mut Txn,
         job: OjsResult<Prepared>,
@@ -125,7 +130,7 @@ impl Engine {
 
     /// All or nothing: every job is validated and its uniqueness decided before any is
     /// inserted.
-    pub(super) fn push_batch_all(
+    pub(in crate::engine) fn push_batch_all(
         &mut self,
         txn: &mut Txn,
         jobs: Vec<OjsResult<Prepared>>,
@@ -168,7 +173,7 @@ impl Engine {
     }
 
     /// Check a new job's uniqueness key (read only; the PUSH applies the result).
-    pub(super) fn admit(
+    pub(in crate::engine) fn admit(
         &self,
         txn: &Txn,
         id: Uuid,
@@ -254,7 +259,7 @@ impl Engine {
 
     /// Apply a decision of `admit`: cancel what is replaced (before the insert, §5.2),
     /// then store the job and index its key.
-    pub(super) fn apply_admit(
+    pub(in crate::engine) fn apply_admit(
         &mut self,
         txn: &mut Txn,
         id: Uuid,
@@ -285,7 +290,7 @@ impl Engine {
 
     /// A job coming back from the dead-letter set must not make a second holder of a key
     /// another job holds now (judged by the retried job's own policy).
-    pub(super) fn unique_clear_for(&self, txn: &Txn, uid: Uuid) -> OjsResult<()> {
+    pub(in crate::engine) fn unique_clear_for(&self, txn: &Txn, uid: Uuid) -> OjsResult<()> {
         let Some(job) = txn.job(self.store.as_ref(), uid)? else {
             return Ok(());
         };
@@ -306,7 +311,12 @@ impl Engine {
 
     /// The PUSH/PUSHB reply: the stored envelopes, with an existing job (plus
     /// `"deduplicated": true`, not stored) standing in for each ignored duplicate.
-    pub(super) fn pushed_reply(&self, txn: &mut Txn, pushed: &[Pushed], array: bool) -> Reply {
+    pub(in crate::engine) fn pushed_reply(
+        &self,
+        txn: &mut Txn,
+        pushed: &[Pushed],
+        array: bool,
+    ) -> Reply {
         if !pushed.iter().any(|p| p.deduplicated) {
             let ids: Vec<Uuid> = pushed.iter().map(|p| p.id).collect();
             return Reply::Bulk(txn.snapshot(&ids, array));
@@ -315,7 +325,7 @@ impl Engine {
         for p in pushed {
             let job = match txn.job(self.store.as_ref(), p.id) {
                 Ok(Some(j)) => j,
-                Ok(None) => return Reply::Error(super::jobs::not_found(&p.id.to_string())),
+                Ok(None) => return Reply::Error(crate::engine::jobs::not_found(&p.id.to_string())),
                 Err(e) => return Reply::Error(e),
             };
             let mut v = serde_json::to_value(&job).unwrap_or_default();
@@ -334,7 +344,7 @@ impl Engine {
     }
 
     /// Index the keys of stored jobs (the rebuild at start).
-    pub(super) fn index_unique(&mut self, found: Vec<(Uuid, UniqueKey, i64)>) {
+    pub(in crate::engine) fn index_unique(&mut self, found: Vec<(Uuid, UniqueKey, i64)>) {
         for (id, key, created) in found {
             if self.index.jobs.contains_key(&id) {
                 self.index.unique.add(id, key, created);

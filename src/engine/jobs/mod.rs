@@ -1,11 +1,13 @@
 //! Job lifecycle operations (ojs-core §6, §7): every state change goes through here, and
 //! each one checks the transition table before touching anything.
 
-use super::events::job_data;
-use super::index::{Entry, TimerKind};
-use super::metrics::Observe;
-use super::txn::Txn;
-use super::Engine;
+pub(in crate::engine) mod unique;
+
+use crate::engine::events::job_data;
+use crate::engine::index::{Entry, TimerKind};
+use crate::engine::metrics::Observe;
+use crate::engine::txn::Txn;
+use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::parts::Parts;
@@ -69,7 +71,10 @@ impl Prepared {
 
 impl Engine {
     /// The checks a prepared job needs the engine's state for.
-    pub(super) fn validate_new(&self, p: OjsResult<Prepared>) -> OjsResult<(Uuid, Prepared)> {
+    pub(in crate::engine) fn validate_new(
+        &self,
+        p: OjsResult<Prepared>,
+    ) -> OjsResult<(Uuid, Prepared)> {
         let p = p?;
         let id = p.id;
         if self.index.jobs.contains_key(&id) {
@@ -85,7 +90,7 @@ impl Engine {
     /// Refuse new jobs of `more` bytes when the jobs not yet finished already hold
     /// `--max-queued-bytes` (0 = no limit), so no client can fill the host's memory and disk
     /// within the per-job limit.
-    pub(super) fn check_queued_bytes(&self, more: u64) -> OjsResult<()> {
+    pub(in crate::engine) fn check_queued_bytes(&self, more: u64) -> OjsResult<()> {
         let max = self.cfg.max_queued_bytes;
         let held = self.index.queued_bytes;
         if max > 0 && held.saturating_add(more) > max {
@@ -102,7 +107,7 @@ impl Engine {
 
     /// Store a validated job (PUSH and PUSHB themselves, with the uniqueness check, are
     /// in unique.rs).
-    pub(super) fn insert_new(&mut self, txn: &mut Txn, id: Uuid, p: Prepared) {
+    pub(in crate::engine) fn insert_new(&mut self, txn: &mut Txn, id: Uuid, p: Prepared) {
         let Prepared {
             new, parts, len, ..
         } = p;
@@ -156,7 +161,7 @@ impl Engine {
     }
 
     /// Claim up to `count` jobs, queues in the given order, best job first within a queue.
-    pub(super) fn fetch(
+    pub(in crate::engine) fn fetch(
         &mut self,
         txn: &mut Txn,
         wid: Option<&Arc<str>>,
@@ -249,7 +254,12 @@ impl Engine {
     }
 
     /// The active job a worker reports on, after checking state and reservation owner.
-    pub(super) fn active_job(&self, id: &str, wid: Option<&Arc<str>>, op: &str) -> OjsResult<Uuid> {
+    pub(in crate::engine) fn active_job(
+        &self,
+        id: &str,
+        wid: Option<&Arc<str>>,
+        op: &str,
+    ) -> OjsResult<Uuid> {
         let uid = parse_id(id)?;
         let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
         if e.state != State::Active {
@@ -276,7 +286,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn ack(
+    pub(in crate::engine) fn ack(
         &mut self,
         txn: &mut Txn,
         wid: Option<&Arc<str>>,
@@ -336,7 +346,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn fail(
+    pub(in crate::engine) fn fail(
         &mut self,
         txn: &mut Txn,
         wid: Option<&Arc<str>>,
@@ -458,7 +468,7 @@ impl Engine {
         self.index.add_dead(now_ms, uid);
     }
 
-    pub(super) fn delete_job(&mut self, txn: &mut Txn, uid: Uuid) {
+    pub(in crate::engine) fn delete_job(&mut self, txn: &mut Txn, uid: Uuid) {
         if let Some(e) = self.index.remove(uid) {
             if let Some(w) = e.worker {
                 self.workers.release(&w, uid);
@@ -494,7 +504,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn cancel(
+    pub(in crate::engine) fn cancel(
         &mut self,
         txn: &mut Txn,
         id: &str,
@@ -530,7 +540,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn activate(&mut self, txn: &mut Txn, id: &str) -> OjsResult<()> {
+    pub(in crate::engine) fn activate(&mut self, txn: &mut Txn, id: &str) -> OjsResult<()> {
         let (uid, state) = self.lookup(id)?;
         if state != State::Pending {
             return Err(wrong_state(uid, state, "ACTIVATE", "pending"));
@@ -541,7 +551,7 @@ impl Engine {
     /// scheduled/retryable/pending/discarded → available. `announce` emits `job.enqueued`:
     /// a job placed into a queue is announced, a retry coming due is not (ojs-events §10.2
     /// goes from `job.retrying` straight to `job.started`).
-    pub(super) fn make_available(
+    pub(in crate::engine) fn make_available(
         &mut self,
         txn: &mut Txn,
         uid: Uuid,
@@ -563,20 +573,20 @@ impl Engine {
     }
 
     /// A job's id and current state, or NOT_FOUND.
-    pub(super) fn lookup(&self, id: &str) -> OjsResult<(Uuid, State)> {
+    pub(in crate::engine) fn lookup(&self, id: &str) -> OjsResult<(Uuid, State)> {
         let uid = parse_id(id)?;
         let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
         Ok((uid, e.state))
     }
 
-    pub(super) fn job_info(&self, id: &str) -> OjsResult<Uuid> {
+    pub(in crate::engine) fn job_info(&self, id: &str) -> OjsResult<Uuid> {
         self.lookup(id).map(|(uid, _)| uid)
     }
 
     /// Put back jobs whose FETCH reply never reached a client. The worker never saw them,
     /// so no attempt is spent: they return to `available` even with no attempt left (the
     /// attempt counter itself only moves forward).
-    pub(super) fn unclaim_undelivered(&mut self, txn: &mut Txn) {
+    pub(in crate::engine) fn unclaim_undelivered(&mut self, txn: &mut Txn) {
         for uid in std::mem::take(&mut self.undelivered) {
             if self.index.jobs.get(&uid).map(|e| e.state) != Some(State::Active) {
                 continue;
@@ -600,7 +610,7 @@ impl Engine {
     }
 
     /// A reservation that ended without ACK or FAIL.
-    pub(super) fn lost(
+    pub(in crate::engine) fn lost(
         &mut self,
         txn: &mut Txn,
         uid: Uuid,
@@ -612,7 +622,7 @@ impl Engine {
         self.failed_attempt(txn, uid, error, true, Component::Scheduler)
     }
 
-    pub(super) fn run_timers(&mut self, txn: &mut Txn) {
+    pub(in crate::engine) fn run_timers(&mut self, txn: &mut Txn) {
         let now_ms = self.now_ms();
         let mut due = self.index.take_due(now_ms);
         if due.len() > MAX_TIMERS_PER_TURN {
@@ -663,7 +673,7 @@ impl Engine {
     }
 
     /// Jobs of workers that stopped talking go back to the queue (ojs-worker-protocol §10).
-    pub(super) fn sweep_workers(&mut self, txn: &mut Txn) {
+    pub(in crate::engine) fn sweep_workers(&mut self, txn: &mut Txn) {
         let cutoff = self
             .now_ms()
             .saturating_sub(crate::time::ms(self.cfg.heartbeat_timeout));
