@@ -43,21 +43,15 @@ impl Server {
     }
 
     pub fn start_with(extra: &[&str]) -> Server {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut s = Server {
-            child: None,
-            addr: String::new(),
-            http_addr: String::new(),
-            dir,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            fd_limit: None,
-        };
-        s.spawn();
-        s
+        Server::start_limited(None, extra)
     }
 
     /// Like `start_with`, with the server's file descriptors limited to `n` (`ulimit -n`).
     pub fn start_with_fd_limit(n: u32, extra: &[&str]) -> Server {
+        Server::start_limited(Some(n), extra)
+    }
+
+    fn start_limited(fd_limit: Option<u32>, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Server {
             child: None,
@@ -65,7 +59,7 @@ impl Server {
             http_addr: String::new(),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
-            fd_limit: Some(n),
+            fd_limit,
         };
         s.spawn();
         s
