@@ -163,13 +163,6 @@ pub fn parse_new_job(
         let message = format!("job envelope is {encoded_len} bytes; the limit is {max}");
         return Err(err(PayloadTooLarge, message));
     }
-    // A composed job (a workflow step with its `parent_results`) can be deeper than any
-    // one client document; past this it could be stored but not read back.
-    let max_depth = crate::json::MAX_STORED_DEPTH;
-    if crate::json::depth(&value) > max_depth {
-        let message = format!("job is nested deeper than {max_depth} levels");
-        return Err(err(InvalidPayload, message));
-    }
     let Value::Object(mut map) = value else {
         return Err(payload("job must be a JSON object"));
     };

@@ -19,6 +19,7 @@ use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{Job, State};
+use crate::json::MAX_STORED_DEPTH;
 use crate::protocol::workflow::WorkflowCmd;
 use crate::protocol::Reply;
 use crate::store::{Batch, Space, StoreError};
@@ -245,6 +246,15 @@ impl Engine {
                     parent_results,
                 } => {
                     let pushed = match wf.envelope(node, parent_results) {
+                        // A composed step can be deeper than any client document (which
+                        // the command layer bounds); past this it could be stored but not
+                        // read back, so the node fails instead.
+                        Some((env, _)) if crate::json::depth(&env) > MAX_STORED_DEPTH => {
+                            Err(OjsError::new(
+                                ErrorCode::InvalidPayload,
+                                format!("job is nested deeper than {MAX_STORED_DEPTH} levels"),
+                            ))
+                        }
                         Some((env, len)) => self.push(txn, env, len),
                         None => Err(OjsError::new(
                             ErrorCode::BackendError,
