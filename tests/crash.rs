@@ -143,10 +143,6 @@ fn random_ms(lo: u64, hi: u64) -> u64 {
     lo + nanos % (hi - lo)
 }
 
-fn states(c: &mut Client, ids: &[String]) -> Vec<Option<String>> {
-    states_of(c, ids)
-}
-
 #[test]
 fn kill9_at_random_points_of_pushb_fetch_ack_and_pruning() {
     let mut srv = Server::start_with(&["--retention", "1"]);
@@ -188,7 +184,7 @@ fn kill9_at_random_points_of_pushb_fetch_ack_and_pruning() {
         let ack_sent: HashSet<&String> = log.acked.iter().chain(&log.ack_unknown).collect();
 
         // Every answered PUSHB's jobs are there, or were completed after a worker got them.
-        for (id, s) in log.pushed.iter().zip(states(&mut c, &log.pushed)) {
+        for (id, s) in log.pushed.iter().zip(states_of(&mut c, &log.pushed)) {
             match s.as_deref() {
                 Some("available" | "completed") => {}
                 None if ack_sent.contains(id) => {} // completed, then pruned
@@ -202,7 +198,7 @@ fn kill9_at_random_points_of_pushb_fetch_ack_and_pruning() {
             }
         }
         // Every +OK'd ACK stays completed (or was pruned).
-        for (id, s) in log.acked.iter().zip(states(&mut c, &log.acked)) {
+        for (id, s) in log.acked.iter().zip(states_of(&mut c, &log.acked)) {
             assert!(
                 matches!(s.as_deref(), Some("completed") | None),
                 "cycle {cycle}: ACKed {id} is {s:?}"
@@ -212,7 +208,7 @@ fn kill9_at_random_points_of_pushb_fetch_ack_and_pruning() {
         // once any of its jobs is seen, each of the others is there or was completed and
         // pruned after a worker got it.
         for ids in &log.push_unknown {
-            let found = states(&mut c, ids);
+            let found = states_of(&mut c, ids);
             let stored = ids
                 .iter()
                 .zip(&found)
