@@ -71,10 +71,22 @@ impl ErrorCode {
     }
 }
 
-/// An error with a stable code and a human-readable English message.
+/// An error with a stable code and a human-readable English message, plus, when a
+/// definition was refused for several reasons, each of them with where it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OjsError {
     pub code: ErrorCode,
+    pub message: String,
+    /// The structured problems behind a validation error (empty for other errors): front
+    /// ends render them (HTTP `details.validation_errors`) without parsing `message`.
+    pub problems: Vec<Problem>,
+}
+
+/// One reason a definition was refused, with the JSONPath of the offending value
+/// (ojs-workflows §11.1).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub path: String,
     pub message: String,
 }
 
@@ -83,7 +95,14 @@ impl OjsError {
         OjsError {
             code,
             message: message.into(),
+            problems: Vec::new(),
         }
+    }
+
+    /// The same error with its message prefixed by `context: `.
+    pub fn context(mut self, context: &str) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
     }
 }
 

@@ -13,6 +13,7 @@ mod budget;
 pub mod limits;
 
 use crate::engine::{unavailable, EngineHandle};
+use crate::engine::{Answer, Answered};
 use crate::error::{ErrorCode, OjsError};
 use crate::protocol::{parse_command, Command, Frame, LineCodec, Reply};
 use budget::{wire_len, worst_case, ReplyBudget};
@@ -95,9 +96,9 @@ const NOTICE_TIMEOUT: Duration = Duration::from_millis(200);
 
 enum Pending {
     Ready(Reply),
-    Wait(oneshot::Receiver<Reply>),
+    Wait(oneshot::Receiver<Answered>),
     /// A FETCH, which may wait up to the fetch timeout for a job.
-    Fetch(oneshot::Receiver<Reply>),
+    Fetch(oneshot::Receiver<Answered>),
     /// From here on the connection is an event stream.
     Subscribe(crate::events::EventFilter, crate::events::Start),
 }
@@ -449,15 +450,15 @@ where
         while let Some((p, reserved)) = rx.recv().await {
             let reply = match p {
                 Pending::Ready(r) => r,
-                Pending::Wait(mut w) => match take_ready(&mut w) {
+                Pending::Wait(mut w) => Reply::from(match take_ready(&mut w) {
                     Some(r) => r,
                     None => {
                         // Send what is already answered before waiting on this one.
                         flush(&mut sink, &budget, &mut unflushed).await?;
                         w.await.unwrap_or_else(|_| unavailable())
                     }
-                },
-                Pending::Fetch(mut w) => match take_ready(&mut w) {
+                }),
+                Pending::Fetch(mut w) => Reply::from(match take_ready(&mut w) {
                     Some(r) => r,
                     None => {
                         flush(&mut sink, &budget, &mut unflushed).await?;
@@ -468,11 +469,11 @@ where
                                 w.close();
                                 // Already answered: still try to deliver it. Otherwise the
                                 // engine now sees the FETCH abandoned and claims nothing for it.
-                                w.try_recv().unwrap_or(Reply::Null)
+                                w.try_recv().unwrap_or(Ok(Answer::Nothing))
                             }
                         }
                     }
-                },
+                }),
                 Pending::Subscribe(filter, start) => {
                     flush(&mut sink, &budget, &mut unflushed).await?;
                     return stream_events(&mut sink, &mut rx, stream_engine, filter, start).await;
@@ -617,7 +618,7 @@ where
 }
 
 /// The reply if it has already arrived (or can never arrive); `None` while it is pending.
-fn take_ready(w: &mut oneshot::Receiver<Reply>) -> Option<Reply> {
+fn take_ready(w: &mut oneshot::Receiver<Answered>) -> Option<Answered> {
     match w.try_recv() {
         Ok(r) => Some(r),
         Err(oneshot::error::TryRecvError::Empty) => None,

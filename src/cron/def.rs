@@ -230,10 +230,7 @@ impl CronDef {
         // The job every occurrence will push must pass PUSH's validation.
         let sample = def.job(now, false);
         let len = serde_json::to_vec(&sample).map_or(usize::MAX, |b| b.len());
-        parse_new_job(sample, len, now, limits).map_err(|e| OjsError {
-            code: e.code,
-            message: format!("job template: {}", e.message),
-        })?;
+        parse_new_job(sample, len, now, limits).map_err(|e| e.context("job template"))?;
         Ok((def, schedule))
     }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 fn call(rt: &tokio::runtime::Runtime, h: &EngineHandle, wid: Option<&str>, line: &str) -> Reply {
     match parse_command(line.as_bytes()) {
-        Ok(cmd) => rt.block_on(h.call(wid.map(Arc::from), cmd)),
+        Ok(cmd) => Reply::from(rt.block_on(h.call(wid.map(Arc::from), cmd))),
         Err(e) => Reply::Error(e),
     }
 }

@@ -4,6 +4,7 @@
 //! replies. Timers run in the same loop, so nothing else ever mutates state.
 
 mod admin;
+pub mod api;
 mod clock;
 mod cron;
 mod events;
@@ -18,6 +19,7 @@ mod txn;
 mod workers;
 mod workflow;
 
+pub use api::{Answer, Answered, JobView};
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
 
@@ -29,7 +31,7 @@ pub mod fuzzing {
 
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::validate::Limits;
-use crate::protocol::{Command, Reply};
+use crate::protocol::Command;
 use crate::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -91,7 +93,7 @@ impl Default for Config {
 struct Request {
     wid: Option<Arc<str>>,
     work: Work,
-    reply: oneshot::Sender<Reply>,
+    reply: oneshot::Sender<Answered>,
     /// Its share of the queue bound, given back when the engine takes the request up.
     permit: Option<OwnedSemaphorePermit>,
 }
@@ -158,6 +160,8 @@ pub struct EngineHandle {
     limits: Limits,
     queue: Arc<Semaphore>,
     pub connections: Arc<AtomicUsize>,
+    /// The store's name (`fjall`, `sled`), for health reports.
+    store_kind: &'static str,
 }
 
 impl EngineHandle {
@@ -169,7 +173,7 @@ impl EngineHandle {
         wid: Option<Arc<str>>,
         cmd: Command,
         bytes: usize,
-    ) -> oneshot::Receiver<Reply> {
+    ) -> oneshot::Receiver<Answered> {
         let weight = (1 + bytes / PERMIT_BYTES).min(QUEUE_PERMITS);
         // The semaphore is never closed; if it were, the request would go unbounded.
         let permit = self
@@ -197,7 +201,7 @@ impl EngineHandle {
 
     /// Submit and wait for the reply. The weight counts the job envelopes of PUSH and
     /// PUSHB (other in-process commands are small).
-    pub async fn call(&self, wid: Option<Arc<str>>, cmd: Command) -> Reply {
+    pub async fn call(&self, wid: Option<Arc<str>>, cmd: Command) -> Answered {
         let bytes = match &cmd {
             Command::Push { len, .. } => *len,
             Command::PushBatch(jobs) => jobs.iter().map(|(_, l)| *l).sum(),
@@ -255,14 +259,19 @@ impl EngineHandle {
         rx.await.ok()
     }
 
+    /// The name of the store the engine writes to.
+    pub fn store_kind(&self) -> &'static str {
+        self.store_kind
+    }
+
     /// Ask the engine to finish its current batch, commit and stop.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Msg::Shutdown);
     }
 }
 
-pub fn unavailable() -> Reply {
-    Reply::Error(OjsError::new(
+pub fn unavailable() -> Answered {
+    Err(OjsError::new(
         ErrorCode::BackendUnavailable,
         "the engine is not running",
     ))
@@ -273,7 +282,7 @@ struct Waiter {
     queues: Vec<String>,
     count: Option<usize>,
     deadline: Instant,
-    reply: oneshot::Sender<Reply>,
+    reply: oneshot::Sender<Answered>,
 }
 
 #[derive(Default)]
@@ -323,6 +332,7 @@ pub fn start(
     let (tx, rx) = crossbeam_channel::unbounded();
     let connections = Arc::new(AtomicUsize::new(0));
     let limits = cfg.limits.clone();
+    let store_kind = store.name();
     let mut engine = Engine {
         store,
         clock: Clock::new(cfg.test_clock),
@@ -357,6 +367,7 @@ pub fn start(
         limits,
         queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
         connections,
+        store_kind,
     };
     Ok((handle, thread))
 }
@@ -455,7 +466,7 @@ impl Engine {
         if let Err(e) = self.store.commit(batch) {
             tracing::error!(error = %e, "commit failed; stopping the engine");
             for (to, _) in txn.out {
-                let _ = to.send(Reply::Error(OjsError::new(
+                let _ = to.send(Err(OjsError::new(
                     ErrorCode::BackendError,
                     format!("commit failed: {e}"),
                 )));
@@ -497,13 +508,13 @@ impl Engine {
             Work::Push(job) => {
                 let out = self
                     .push_one(txn, *job)
-                    .map(|p| Out::Reply(self.pushed_reply(txn, &[p], false)));
+                    .map(|p| Out::Answer(self.pushed_reply(txn, &[p], false)));
                 return answer(txn, reply, out);
             }
             Work::PushBatch(jobs) => {
                 let out = self
                     .push_batch_all(txn, jobs)
-                    .map(|p| Out::Reply(self.pushed_reply(txn, &p, true)));
+                    .map(|p| Out::Answer(self.pushed_reply(txn, &p, true)));
                 return answer(txn, reply, out);
             }
         };
@@ -545,10 +556,10 @@ impl Engine {
             Command::Beat {
                 wid,
                 active_job_ids,
-            } => Ok(Out::Reply(self.beat(txn, &wid, active_job_ids.as_deref()))),
-            Command::Info => Ok(Out::Reply(self.info())),
+            } => Ok(answer_of(self.beat(txn, &wid, active_job_ids.as_deref()))),
+            Command::Info => Ok(answer_of(self.info())),
             Command::Queue(q) => self.queue_cmd(txn, q, wid.as_ref()),
-            Command::Workers => Ok(Out::Reply(self.worker_list())),
+            Command::Workers => Ok(answer_of(self.worker_list())),
             Command::Cron(c) => self.cron_cmd(txn, c),
             Command::Workflow(w) => self.workflow_cmd(txn, w),
             Command::Dead(d) => self.dead_cmd(txn, d),
@@ -563,7 +574,7 @@ impl Engine {
             Command::ClockAdvance { ms } => {
                 if self.clock.advance(ms) {
                     self.now = self.clock.now();
-                    Ok(Out::Reply(Reply::Ok))
+                    Ok(answer_of(Answer::Ok))
                 } else {
                     Err(OjsError::new(
                         ErrorCode::UnknownCommand,
@@ -573,7 +584,7 @@ impl Engine {
             }
             // Handled by the connection; never sent here.
             Command::Hello(_) | Command::End | Command::Subscribe { .. } => {
-                Ok(Out::Reply(Reply::Ok))
+                Ok(answer_of(Answer::Ok))
             }
         };
         answer(txn, reply, out);
@@ -597,7 +608,7 @@ impl Engine {
                         }
                         Ok(_) => {}
                         Err(e) => {
-                            txn.reply(w.reply, Out::Reply(Reply::Error(e)));
+                            txn.reply(w.reply, Out::Answer(Err(e)));
                             continue;
                         }
                     }
@@ -614,7 +625,7 @@ impl Engine {
             .is_some_and(|w| stopping || w.deadline <= now)
         {
             if let Some(w) = self.waiters.pop_front() {
-                txn.reply(w.reply, Out::Reply(Reply::Null));
+                txn.reply(w.reply, answer_of(Answer::Nothing));
             }
         }
     }
@@ -631,12 +642,17 @@ impl Engine {
 }
 
 fn ok(_: ()) -> Out {
-    Out::Reply(Reply::Ok)
+    answer_of(Answer::Ok)
+}
+
+/// A typed answer known before the commit (it still waits for the commit to be sent).
+fn answer_of(a: Answer) -> Out {
+    Out::Answer(Ok(a))
 }
 
 /// Queue the reply to one command: its output, or its error.
-fn answer(txn: &mut Txn, reply: oneshot::Sender<Reply>, out: Result<Out, OjsError>) {
-    txn.reply(reply, out.unwrap_or_else(|e| Out::Reply(Reply::Error(e))));
+fn answer(txn: &mut Txn, reply: oneshot::Sender<Answered>, out: Result<Out, OjsError>) {
+    txn.reply(reply, out.unwrap_or_else(|e| Out::Answer(Err(e))));
 }
 
 fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>) -> Out {
@@ -664,6 +680,7 @@ mod queue_tests {
             limits: Limits::default(),
             queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
             connections: Arc::new(AtomicUsize::new(0)),
+            store_kind: "none",
         };
         (handle, rx)
     }

@@ -474,7 +474,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        match rt.block_on(handle.call(None, cmd)) {
+        match Reply::from(rt.block_on(handle.call(None, cmd))) {
             Reply::Bulk(b) => Some(serde_json::from_slice(&b).unwrap()),
             Reply::Null => None,
             other => panic!("{line}: {other:?}"),

@@ -2,11 +2,11 @@
 //! touched (so several changes to one job cost one write), metadata writes, and the replies
 //! that may only be sent once the commit is durable.
 
+use super::api::{Answer, Answered, JobView};
 use super::record::{decode_record, encode_record, encode_record_with};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::parts::Parts;
 use crate::job::Job;
-use crate::protocol::Reply;
 use crate::store::{Batch, Space, Store};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 /// A reply whose body may be a job written by this same batch.
 pub enum Out {
-    Reply(Reply),
+    Answer(Answered),
     Job(Uuid),
     /// Jobs claimed by a FETCH (one object, or an array when `array`). If this reply
     /// cannot be delivered, the claim is undone.
@@ -42,7 +42,7 @@ pub struct Txn {
     /// touch and put back when the batch is sealed.
     pub cache: JobCache,
     pub batch: Batch,
-    pub out: Vec<(oneshot::Sender<Reply>, Out)>,
+    pub out: Vec<(oneshot::Sender<Answered>, Out)>,
     /// Events of this batch, in cursor order; written to the log when the batch is sealed.
     pub events: Vec<crate::events::Event>,
 }
@@ -225,34 +225,27 @@ impl Txn {
         self.cache.remove(id);
     }
 
-    pub fn reply(&mut self, to: oneshot::Sender<Reply>, out: Out) {
+    pub fn reply(&mut self, to: oneshot::Sender<Answered>, out: Out) {
         self.out.push((to, out));
     }
 
-    /// The current JSON of jobs in this batch: one object, or an array when `array`.
-    pub fn snapshot(&mut self, ids: &[Uuid], array: bool) -> Bytes {
-        let mut buf = Vec::with_capacity(ids.len() * 512 + 2);
-        if array {
-            buf.push(b'[');
-        }
-        for (i, id) in ids.iter().enumerate() {
-            if i > 0 {
-                buf.push(b',');
-            }
+    /// The current JSON of jobs in this batch, in order (jobs it does not hold are left
+    /// out). Each body is kept for the store write while the job does not change again.
+    pub fn snapshot(&mut self, ids: &[Uuid]) -> Vec<JobView> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
             if let Some(Some(t)) = self.jobs.get_mut(id) {
                 let job = &t.job;
                 let mut one = Vec::with_capacity(1024);
                 t.parts
                     .get_or_insert_with(|| Parts::of(job))
                     .compose(job, &mut one);
-                buf.extend_from_slice(&one);
-                t.body = Some(Bytes::from(one));
+                let one = Bytes::from(one);
+                t.body = Some(one.clone());
+                out.push(JobView::encoded(one));
             }
         }
-        if array {
-            buf.push(b']');
-        }
-        Bytes::from(buf)
+        out
     }
 
     /// Turn touched jobs into store writes; returns the JSON of each written job so replies
@@ -299,7 +292,7 @@ pub fn resolve(
     written: &HashMap<Uuid, Bytes>,
     cache: &JobCache,
     store: &dyn Store,
-) -> Reply {
+) -> Answered {
     let body = |id: &Uuid| -> OjsResult<Bytes> {
         if let Some(b) = written.get(id) {
             return Ok(b.clone());
@@ -317,30 +310,16 @@ pub fn resolve(
         Ok(Bytes::copy_from_slice(record.body))
     };
     match out {
-        Out::Reply(r) => r,
-        Out::Job(id) => match body(&id) {
-            Ok(b) => Reply::Bulk(b),
-            Err(e) => Reply::Error(e),
-        },
-        Out::Claimed { ids, array: false } if ids.len() == 1 => match body(&ids[0]) {
-            Ok(b) => Reply::Bulk(b),
-            Err(e) => Reply::Error(e),
-        },
-        Out::Claimed { ids, .. } => {
-            let mut buf = Vec::with_capacity(ids.len() * 512 + 2);
-            buf.push(b'[');
-            for (i, id) in ids.iter().enumerate() {
-                if i > 0 {
-                    buf.push(b',');
-                }
-                match body(id) {
-                    Ok(b) => buf.extend_from_slice(&b),
-                    Err(e) => return Reply::Error(e),
-                }
-            }
-            buf.push(b']');
-            Reply::Bulk(Bytes::from(buf))
+        Out::Answer(a) => a,
+        Out::Job(id) => body(&id).map(|b| Answer::Job(JobView::encoded(b))),
+        Out::Claimed { ids, array: false } if ids.len() == 1 => {
+            body(&ids[0]).map(|b| Answer::Job(JobView::encoded(b)))
         }
+        Out::Claimed { ids, .. } => ids
+            .iter()
+            .map(|id| body(id).map(JobView::encoded))
+            .collect::<OjsResult<Vec<_>>>()
+            .map(Answer::Jobs),
     }
 }
 
@@ -359,8 +338,11 @@ mod tests {
         let mut txn = Txn::default();
         txn.insert_job(a, ja, Some(pa));
         txn.insert_job(b, jb, Some(pb));
-        let replied: Vec<serde_json::Value> =
-            serde_json::from_slice(&txn.snapshot(&[a, b], true)).unwrap();
+        let replied: Vec<serde_json::Value> = txn
+            .snapshot(&[a, b])
+            .iter()
+            .map(|v| serde_json::from_slice(v.json()).unwrap())
+            .collect();
         // A waiting FETCH claims b later in the same batch.
         let claimed = txn.job_mut(&store, b).unwrap();
         claimed.state = State::Active;

@@ -22,9 +22,11 @@
 
 use super::error::ApiError;
 use super::{json_response, AppState};
+use crate::engine::api::WorkerList;
+use crate::engine::Answer;
 use crate::protocol::admin::{self as parse, DeadCmd, QueueCmd};
 use crate::protocol::command::WorkerDirective;
-use crate::protocol::{Command, Reply};
+use crate::protocol::Command;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -61,33 +63,13 @@ pub fn routes() -> Router<AppState> {
     r
 }
 
-fn ok_json(v: &Value) -> Response {
+fn ok_json(v: &impl serde::Serialize) -> Response {
     json_response(StatusCode::OK, serde_json::to_vec(v).unwrap_or_default())
 }
 
 /// Run a command; an engine error becomes the binding's error response.
-async fn call(st: &AppState, cmd: Command) -> Result<Reply, ApiError> {
-    match st.engine.call(None, cmd).await {
-        Reply::Error(e) => Err(e.into()),
-        r => Ok(r),
-    }
-}
-
-async fn call_json(st: &AppState, cmd: Command) -> Result<Value, ApiError> {
-    match call(st, cmd).await? {
-        Reply::Bulk(b) => serde_json::from_slice(&b).map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "BACKEND_ERROR",
-                format!("unreadable engine reply: {e}"),
-            )
-        }),
-        other => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "BACKEND_ERROR",
-            format!("unexpected engine reply {other:?}"),
-        )),
-    }
+async fn call(st: &AppState, cmd: Command) -> Result<Answer, ApiError> {
+    Ok(st.engine.call(None, cmd).await?)
 }
 
 /// A JSON object body; an empty body is an empty object.
@@ -155,13 +137,12 @@ fn page_of(
     Ok((page, per_page))
 }
 
-/// One page of `items`, with the pagination object.
-fn paged(items: &Value, (page, per_page): (usize, usize)) -> (Value, Value) {
-    let all = items.as_array().map(Vec::as_slice).unwrap_or_default();
+/// One page of `all`, with the pagination object.
+fn paged<T: Clone>(all: &[T], (page, per_page): (usize, usize)) -> (Vec<T>, Value) {
     let from = (page - 1).saturating_mul(per_page).min(all.len());
     let to = from.saturating_add(per_page).min(all.len());
     let pagination = json!({"total": all.len(), "page": page, "per_page": per_page});
-    (Value::Array(all[from..to].to_vec()), pagination)
+    (all[from..to].to_vec(), pagination)
 }
 
 async fn queues(
@@ -169,14 +150,19 @@ async fn queues(
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Res {
     let at = page_of(q)?;
-    let v = call_json(&st, Command::Queue(QueueCmd::List)).await?;
-    let (items, pagination) = paged(&v["queues"], at);
+    let list = match call(&st, Command::Queue(QueueCmd::List)).await? {
+        Answer::Queues(list) => list,
+        other => return Err(ApiError::unexpected(&other)),
+    };
+    let (items, pagination) = paged(&list.queues, at);
     Ok(ok_json(&json!({"items": items, "pagination": pagination})))
 }
 
 async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Res {
-    let v = call_json(&st, Command::Queue(QueueCmd::Stats(name))).await?;
-    Ok(ok_json(&v))
+    match call(&st, Command::Queue(QueueCmd::Stats(name))).await? {
+        Answer::QueueStats(v) => Ok(ok_json(&v)),
+        other => Err(ApiError::unexpected(&other)),
+    }
 }
 
 async fn pause(State(st): State<AppState>, Path(name): Path<String>) -> Res {
@@ -191,7 +177,17 @@ async fn resume(State(st): State<AppState>, Path(name): Path<String>) -> Res {
 
 async fn purge(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Res {
     let cmd = parse::queue_purge(&name, &body_object(&body)?)?;
-    Ok(ok_json(&call_json(&st, Command::Queue(cmd)).await?))
+    match call(&st, Command::Queue(cmd)).await? {
+        Answer::Purged(v) => Ok(ok_json(&v)),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+async fn worker_list(st: &AppState) -> Result<WorkerList, ApiError> {
+    match call(st, Command::Workers).await? {
+        Answer::Workers(list) => Ok(list),
+        other => Err(ApiError::unexpected(&other)),
+    }
 }
 
 async fn workers(
@@ -199,26 +195,22 @@ async fn workers(
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Res {
     let at = page_of(q)?;
-    let v = call_json(&st, Command::Workers).await?;
-    let (items, pagination) = paged(&v["workers"], at);
+    let list = worker_list(&st).await?;
+    let (items, pagination) = paged(&list.workers, at);
     Ok(ok_json(&json!({
         "items": items,
-        "summary": v["summary"],
+        "summary": list.summary,
         "pagination": pagination,
     })))
 }
 
 async fn worker(State(st): State<AppState>, Path(id): Path<String>) -> Res {
-    let v = call_json(&st, Command::Workers).await?;
-    let found = v["workers"]
-        .as_array()
-        .and_then(|ws| ws.iter().find(|w| w["id"].as_str() == Some(id.as_str())));
-    match found {
+    let list = worker_list(&st).await?;
+    match list.workers.iter().find(|w| w.id == id) {
         Some(w) => Ok(ok_json(w)),
         None => Err(ApiError::not_found(format!("no worker with id {id}"))),
     }
 }
-
 async fn direct(st: &AppState, id: String, directive: WorkerDirective) -> Res {
     let cmd = Command::Worker {
         wid: id.clone(),
@@ -276,30 +268,42 @@ async fn dead_list(
     }
     let limit = obj.get("limit").and_then(Value::as_u64);
     let cmd = parse::dead_list(&obj)?;
-    let v = call_json(&st, Command::Dead(cmd)).await?;
+    let v = match call(&st, Command::Dead(cmd)).await? {
+        Answer::DeadPage(v) => v,
+        other => return Err(ApiError::unexpected(&other)),
+    };
     let per = limit.unwrap_or(parse::DEAD_LIST_DEFAULT as u64);
     Ok(ok_json(&json!({
-        "items": v["jobs"],
-        "pagination": {"total": v["total"], "page": page.unwrap_or(1), "per_page": per},
+        "items": v.jobs,
+        "pagination": {"total": v.total, "page": page.unwrap_or(1), "per_page": per},
     })))
 }
 
+/// A command whose answer is shown as it is (its typed document, or a job).
+async fn shown(st: &AppState, cmd: Command) -> Res {
+    match call(st, cmd).await? {
+        Answer::DeadStats(v) => Ok(ok_json(&v)),
+        Answer::DeadRetried(v) => Ok(ok_json(&v)),
+        Answer::DeadDeleted(v) => Ok(ok_json(&v)),
+        Answer::Job(j) => Ok(json_response(StatusCode::OK, j.json().to_vec())),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
 async fn dead_stats(State(st): State<AppState>) -> Res {
-    Ok(ok_json(
-        &call_json(&st, Command::Dead(DeadCmd::Stats)).await?,
-    ))
+    shown(&st, Command::Dead(DeadCmd::Stats)).await
 }
 
 async fn dead_get(State(st): State<AppState>, Path(id): Path<String>) -> Res {
-    Ok(ok_json(
-        &call_json(&st, Command::Dead(DeadCmd::Get(id))).await?,
-    ))
+    shown(&st, Command::Dead(DeadCmd::Get(id))).await
 }
 
 async fn dead_retry(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     call(&st, Command::Dead(DeadCmd::Retry(id.clone()))).await?;
-    let job = call_json(&st, Command::Job { id }).await?;
-    Ok(ok_json(&json!({"job": job})))
+    match call(&st, Command::Job { id }).await? {
+        Answer::Job(j) => Ok(ok_json(&json!({ "job": j }))),
+        other => Err(ApiError::unexpected(&other)),
+    }
 }
 
 async fn dead_delete(State(st): State<AppState>, Path(id): Path<String>) -> Res {
@@ -310,13 +314,11 @@ async fn dead_delete(State(st): State<AppState>, Path(id): Path<String>) -> Res 
 async fn dead_retry_all(State(st): State<AppState>, body: Bytes) -> Res {
     let obj = flatten_filter(body_object(&body)?)?;
     let filter = parse::dead_bulk("retry", &obj)?;
-    let v = call_json(&st, Command::Dead(DeadCmd::RetryAll(filter))).await?;
-    Ok(ok_json(&v))
+    shown(&st, Command::Dead(DeadCmd::RetryAll(filter))).await
 }
 
 async fn dead_delete_all(State(st): State<AppState>, body: Bytes) -> Res {
     let obj = flatten_filter(body_object(&body)?)?;
     let filter = parse::dead_bulk("delete", &obj)?;
-    let v = call_json(&st, Command::Dead(DeadCmd::DeleteAll(filter))).await?;
-    Ok(ok_json(&v))
+    shown(&st, Command::Dead(DeadCmd::DeleteAll(filter))).await
 }

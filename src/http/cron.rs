@@ -12,8 +12,10 @@
 
 use super::error::ApiError;
 use super::{json_response, AppState};
+use crate::engine::api::CronJob;
+use crate::engine::Answer;
 use crate::protocol::cron::{CronCmd, MAX_LIST};
-use crate::protocol::{Command, Reply};
+use crate::protocol::Command;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -21,21 +23,22 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
 
-async fn call(st: &AppState, cmd: CronCmd) -> Result<Option<Value>, ApiError> {
-    match st.engine.call(None, Command::Cron(cmd)).await {
-        Reply::Bulk(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "BACKEND_ERROR",
-                e.to_string(),
-            )
-        }),
-        Reply::Error(e) => Err(e.into()),
-        _ => Ok(None),
+async fn call(st: &AppState, cmd: CronCmd) -> Result<Answer, ApiError> {
+    Ok(st.engine.call(None, Command::Cron(cmd)).await?)
+}
+
+/// A registration's answer (`{"cron_job": ...}`) and whether it was created.
+async fn one(st: &AppState, cmd: CronCmd) -> Result<(CronJob, bool), ApiError> {
+    match call(st, cmd).await? {
+        Answer::CronJob(mut c) => {
+            let created = c.created.take().unwrap_or(false);
+            Ok((c, created))
+        }
+        other => Err(ApiError::unexpected(&other)),
     }
 }
 
-fn ok(status: StatusCode, v: &Value) -> Response {
+fn ok(status: StatusCode, v: &impl serde::Serialize) -> Response {
     json_response(status, serde_json::to_vec(v).unwrap_or_default())
 }
 
@@ -86,17 +89,15 @@ pub async fn list(
         limit: limit.min(MAX_LIST),
         offset,
     };
-    let v = call(&st, cmd).await?.unwrap_or(Value::Null);
-    Ok(ok(StatusCode::OK, &v))
+    match call(&st, cmd).await? {
+        Answer::CronPage(page) => Ok(ok(StatusCode::OK, &page)),
+        other => Err(ApiError::unexpected(&other)),
+    }
 }
 
 pub async fn register(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let def = body_object(&body)?;
-    let mut v = call(&st, CronCmd::Add(def)).await?.unwrap_or(Value::Null);
-    let created = v.get("created").and_then(Value::as_bool).unwrap_or(false);
-    if let Value::Object(m) = &mut v {
-        m.shift_remove("created");
-    }
+    let (v, created) = one(&st, CronCmd::Add(def)).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -109,8 +110,7 @@ pub async fn get_one(
     State(st): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let v = call(&st, CronCmd::Get(name)).await?.unwrap_or(Value::Null);
-    Ok(ok(StatusCode::OK, &v))
+    Ok(ok(StatusCode::OK, &one(&st, CronCmd::Get(name)).await?.0))
 }
 
 pub async fn patch(
@@ -131,8 +131,7 @@ pub async fn patch(
     } else {
         CronCmd::Disable(name)
     };
-    let v = call(&st, cmd).await?.unwrap_or(Value::Null);
-    Ok(ok(StatusCode::OK, &v))
+    Ok(ok(StatusCode::OK, &one(&st, cmd).await?.0))
 }
 
 pub async fn delete(

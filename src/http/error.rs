@@ -17,6 +17,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// `details` of the error body (§16.1), e.g. `{"validation_errors": [...]}`.
+    pub details: Option<serde_json::Value>,
 }
 
 impl ApiError {
@@ -25,7 +27,17 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            details: None,
         }
+    }
+
+    /// The engine answered something this route does not expect (a bug, not the client's).
+    pub fn unexpected(a: &crate::engine::Answer) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "BACKEND_ERROR",
+            format!("unexpected engine answer {a:?}"),
+        )
     }
 
     /// A query parameter, header or message the server cannot use (400).
@@ -49,6 +61,9 @@ impl ApiError {
             "message": self.message,
             "retryable": self.retryable(),
         });
+        if let Some(d) = &self.details {
+            e["details"] = d.clone();
+        }
         if let Some(id) = request_id {
             e["request_id"] = json!(id);
         }
@@ -88,7 +103,11 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
 impl From<OjsError> for ApiError {
     fn from(e: OjsError) -> ApiError {
         let (status, code) = status_of(e.code);
-        ApiError::new(status, code, e.message)
+        let mut api = ApiError::new(status, code, e.message);
+        if !e.problems.is_empty() {
+            api.details = Some(json!({ "validation_errors": e.problems }));
+        }
+        api
     }
 }
 
@@ -125,5 +144,20 @@ mod tests {
         assert_eq!(b["error"]["request_id"], "req_1");
         assert_eq!(b["error"]["code"], "BACKEND_UNAVAILABLE");
         assert_eq!(b["error"]["retryable"], true);
+        assert!(b["error"].get("details").is_none());
+    }
+
+    #[test]
+    fn structured_problems_become_details() {
+        let mut e = OjsError::new(ErrorCode::InvalidPayload, "two problems");
+        e.problems = vec![crate::error::Problem {
+            path: "$.steps".into(),
+            message: "steps is required".into(),
+        }];
+        let b = ApiError::from(e).body(None);
+        assert_eq!(
+            b["error"]["details"]["validation_errors"][0]["path"],
+            "$.steps"
+        );
     }
 }

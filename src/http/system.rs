@@ -3,11 +3,12 @@
 
 use super::error::ApiError;
 use super::{json_response, AppState};
-use crate::protocol::{Command, Reply};
+use crate::engine::Answer;
+use crate::protocol::Command;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// How long the engine gets to answer a health check before the server reports itself
@@ -24,27 +25,23 @@ pub async fn health(State(st): State<AppState>) -> Response {
     let latency_ms = t0.elapsed().as_millis() as u64;
     let uptime = st.started.elapsed().as_secs();
     let (status, backend) = match answer {
-        Ok(Reply::Bulk(b)) => {
-            let info: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
-            let mut backend =
-                json!({"type": "sled", "status": "connected", "latency_ms": latency_ms});
-            if let Some(bytes) = info["server"]["store_bytes"].as_u64() {
-                backend["store_bytes"] = json!(bytes);
-            }
+        Ok(Ok(Answer::Info(info))) => {
+            let backend = json!({"type": info.server.store, "status": "connected",
+                "latency_ms": latency_ms, "store_bytes": info.server.store_bytes});
             (StatusCode::OK, backend)
         }
-        Ok(Reply::Error(e)) => (
+        Ok(Err(e)) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"type": "sled", "status": "disconnected", "error": e.message}),
+            json!({"type": st.engine.store_kind(), "status": "disconnected", "error": e.message}),
         ),
         Ok(other) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"type": "sled", "status": "disconnected",
+            json!({"type": st.engine.store_kind(), "status": "disconnected",
                    "error": format!("unexpected engine reply {other:?}")}),
         ),
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"type": "sled", "status": "disconnected",
+            json!({"type": st.engine.store_kind(), "status": "disconnected",
                    "error": format!("the engine did not answer within {}s", HEALTH_TIMEOUT.as_secs())}),
         ),
     };

@@ -23,3 +23,17 @@ impl From<OjsError> for Reply {
         Reply::Error(e)
     }
 }
+
+/// The RESP form of an engine answer in the OJS dialect: `+OK`, a bulk JSON document, a
+/// null bulk for nothing, or `-ERR CODE message`.
+impl From<crate::engine::Answered> for Reply {
+    fn from(a: crate::engine::Answered) -> Self {
+        use crate::engine::Answer;
+        match a {
+            Err(e) => Reply::Error(e),
+            Ok(Answer::Ok) => Reply::Ok,
+            Ok(Answer::Nothing) => Reply::Null,
+            Ok(a) => a.to_json().map_or(Reply::Ok, Reply::Bulk),
+        }
+    }
+}

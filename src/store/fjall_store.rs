@@ -276,6 +276,10 @@ impl Store for FjallStore {
         ))
     }
 
+    fn name(&self) -> &'static str {
+        super::StoreKind::Fjall.name()
+    }
+
     fn size_on_disk(&self) -> StoreResult<u64> {
         Ok(allocated_bytes(&self.dir)?)
     }

@@ -244,6 +244,8 @@ pub trait Store: Send + Sync {
     fn bounds(&self, space: Space) -> StoreResult<Bounds>;
     /// Bytes the store occupies on disk.
     fn size_on_disk(&self) -> StoreResult<u64>;
+    /// Which implementation this is (`fjall`, `sled`).
+    fn name(&self) -> &'static str;
 }
 
 /// The data directory's record of which store wrote it: one line, `<store> <format>`.

@@ -180,6 +180,10 @@ impl Store for SledStore {
         Ok((first.clone(), last.or(first)))
     }
 
+    fn name(&self) -> &'static str {
+        super::StoreKind::Sled.name()
+    }
+
     fn size_on_disk(&self) -> StoreResult<u64> {
         self.db.size_on_disk().map_err(err)
     }

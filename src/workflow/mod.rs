@@ -11,7 +11,7 @@ mod parse;
 pub use parse::parse_definition;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Deepest nesting accepted, counting the top-level workflow as level 1 (§10.2 asks for at
 /// least 3). A chain of groups of chains is 3 levels.
@@ -123,18 +123,7 @@ pub struct Definition {
     pub callback_count: usize,
 }
 
-/// One reason a definition was refused, with the JSONPath of the offending value (§11.1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub path: String,
-    pub message: String,
-}
-
-impl Problem {
-    pub fn to_json(&self) -> Value {
-        json!({"path": self.path, "message": self.message})
-    }
-}
+pub use crate::error::Problem;
 
 /// The one-line form used in `-ERR INVALID_PAYLOAD ...`: every problem with its path.
 pub fn summary(problems: &[Problem]) -> String {

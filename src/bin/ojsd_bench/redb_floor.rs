@@ -127,4 +127,8 @@ impl Store for RedbStore {
     fn size_on_disk(&self) -> StoreResult<u64> {
         Ok(std::fs::metadata(&self.file)?.len())
     }
+
+    fn name(&self) -> &'static str {
+        "redb"
+    }
 }

@@ -3,14 +3,14 @@
 //! filter matches, and the retention sweep of §5/§8 (`--dead-retention`, default 180 days,
 //! and `--dead-max`, default 10,000; a job over either limit is pruned, oldest first).
 
+use crate::engine::api::{self, Answer, JobView};
 use crate::engine::txn::{Out, Txn};
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{format_ts, Job, State};
 use crate::protocol::command::{DeadCmd, DeadFilter};
-use crate::protocol::Reply;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
 use std::ops::Bound;
 use uuid::Uuid;
 
@@ -23,8 +23,8 @@ fn error_type(job: &Job) -> Option<&str> {
     job.error.as_ref()?.get("type")?.as_str()
 }
 
-fn ms_to_ts(ms: i64) -> Value {
-    chrono::DateTime::from_timestamp_millis(ms).map_or(Value::Null, |t| json!(format_ts(t)))
+fn ms_to_ts(ms: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(ms).map(format_ts)
 }
 
 /// A retention age as ISO 8601, in days when it is whole days (`P180D`).
@@ -126,12 +126,12 @@ impl Engine {
             DeadCmd::Retry(id) => {
                 let uid = self.dead_id(&id, ErrorCode::InvalidStateTransition)?;
                 self.dead_retry(txn, uid)?;
-                Ok(Out::Reply(Reply::Ok))
+                Ok(Out::Answer(Ok(Answer::Ok)))
             }
             DeadCmd::Delete(id) => {
                 let uid = self.dead_id(&id, ErrorCode::InvalidStateTransition)?;
                 self.delete_job(txn, uid);
-                Ok(Out::Reply(Reply::Ok))
+                Ok(Out::Answer(Ok(Answer::Ok)))
             }
             DeadCmd::RetryAll(filter) => {
                 let ids = self.dead_ids(txn, &filter)?;
@@ -140,22 +140,30 @@ impl Engine {
                     match self.dead_retry(txn, *uid) {
                         Ok(()) => retried += 1,
                         Err(e) if errors.len() < MAX_REPORTED_ERRORS => {
-                            errors.push(json!({"job_id": uid.to_string(), "error": e.to_string()}))
+                            errors.push(api::BulkError {
+                                job_id: uid.to_string(),
+                                error: e.to_string(),
+                            })
                         }
                         Err(_) => {}
                     }
                 }
-                let reply = json!({"matched": ids.len(), "retried": retried,
-                    "failed": ids.len() - retried, "errors": errors});
-                Ok(Out::Reply(Reply::json(&reply)))
+                Ok(Out::Answer(Ok(Answer::DeadRetried(api::DeadRetried {
+                    matched: ids.len(),
+                    retried,
+                    failed: ids.len() - retried,
+                    errors,
+                }))))
             }
             DeadCmd::DeleteAll(filter) => {
                 let ids = self.dead_ids(txn, &filter)?;
                 for uid in &ids {
                     self.delete_job(txn, *uid);
                 }
-                let reply = json!({"matched": ids.len(), "deleted": ids.len()});
-                Ok(Out::Reply(Reply::json(&reply)))
+                Ok(Out::Answer(Ok(Answer::DeadDeleted(api::DeadDeleted {
+                    matched: ids.len(),
+                    deleted: ids.len(),
+                }))))
             }
         }
     }
@@ -184,12 +192,14 @@ impl Engine {
                 None => txn.job(self.store.as_ref(), uid)?,
             };
             if let Some(job) = job {
-                jobs.push(serde_json::to_value(&job).unwrap_or(Value::Null));
+                let json = serde_json::to_vec(&job).unwrap_or_default();
+                jobs.push(JobView::encoded(json.into()));
             }
         }
-        Ok(Out::Reply(Reply::json(
-            &json!({"total": total, "jobs": jobs}),
-        )))
+        Ok(Out::Answer(Ok(Answer::DeadPage(api::DeadPage {
+            total,
+            jobs,
+        }))))
     }
 
     /// ojs-dead-letter §10.1. `by_error_type` reads every dead letter's body (at most
@@ -216,18 +226,20 @@ impl Engine {
         }
         let oldest = self.index.dead.first().map(|d| d.0);
         let next_prune = oldest.map(|o| o.saturating_add(self.dead_retention_ms()));
-        Ok(Out::Reply(Reply::json(&json!({
-            "total": self.index.dead.len(),
-            "by_queue": by_queue,
-            "by_error_type": by_error,
-            "oldest_at": oldest.map_or(Value::Null, ms_to_ts),
-            "newest_at": self.index.dead.last().map_or(Value::Null, |d| ms_to_ts(d.0)),
-            "retention": {
-                "max_age": age_text(self.cfg.dead_retention),
-                "max_count": self.cfg.dead_max,
-                "next_prune_at": next_prune.map_or(Value::Null, ms_to_ts),
+        Ok(Out::Answer(Ok(Answer::DeadStats(Box::new(
+            api::DeadStats {
+                total: self.index.dead.len(),
+                by_queue,
+                by_error_type: by_error,
+                oldest_at: oldest.and_then(ms_to_ts),
+                newest_at: self.index.dead.last().and_then(|d| ms_to_ts(d.0)),
+                retention: api::DeadRetention {
+                    max_age: age_text(self.cfg.dead_retention),
+                    max_count: self.cfg.dead_max,
+                    next_prune_at: next_prune.and_then(ms_to_ts),
+                },
             },
-        }))))
+        )))))
     }
 
     /// discarded → available with a fresh start (ojs-core §6.3: attempt reset to 0, errors

@@ -4,6 +4,7 @@
 mod dead;
 mod queues;
 
+use crate::engine::api::{self, Answer};
 use crate::engine::events::job_data;
 use crate::engine::index::TimerKind;
 use crate::engine::txn::{Out, Txn};
@@ -12,9 +13,8 @@ use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{format_ts, State};
 use crate::protocol::command::{QueueCmd, WorkerDirective};
-use crate::protocol::Reply;
 use crate::store::Space;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub(in crate::engine) const PAUSED_PREFIX: &str = "paused/";
@@ -27,7 +27,7 @@ impl Engine {
         txn: &mut Txn,
         wid: &str,
         _reported: Option<&[String]>,
-    ) -> Reply {
+    ) -> Answer {
         let w: Arc<str> = Arc::from(wid);
         let now_ms = self.now_ms();
         self.workers.touch(&w, now_ms);
@@ -72,8 +72,8 @@ impl Engine {
             data,
         );
         match directive {
-            None => Reply::Ok,
-            Some(_) => Reply::json(&json!({"state": state})),
+            None => Answer::Ok,
+            Some(d) => Answer::Directive(d),
         }
     }
 
@@ -155,47 +155,49 @@ impl Engine {
         Ok(())
     }
 
-    pub(in crate::engine) fn info(&self) -> Reply {
-        let mut queues = Map::new();
-        for q in &self.index.queues {
-            let mut m = Map::new();
-            m.insert("paused".into(), json!(q.paused));
-            for s in State::ALL {
-                m.insert(s.as_str().into(), json!(q.count(s)));
-            }
-            queues.insert(q.name.clone(), Value::Object(m));
-        }
-        let workers: Vec<Value> = self
-            .workers
+    pub(in crate::engine) fn info(&self) -> Answer {
+        let queues = self
+            .index
+            .queues
             .iter()
-            .map(|(wid, w)| {
-                let state = directive_name(w.directive);
-                let last = chrono::DateTime::from_timestamp_millis(w.last_seen).map(format_ts);
-                json!({"wid": &**wid, "state": state, "last_seen": last,
-                       "active_jobs": w.held.len(), "info": w.info})
+            .map(|q| api::QueueCounts {
+                name: q.name.clone(),
+                paused: q.paused,
+                counts: counts_of(q),
             })
             .collect();
-        let size = self.store.size_on_disk().unwrap_or(0);
-        Reply::json(&json!({
-            "server": {
-                "name": "ojsd",
-                "version": env!("CARGO_PKG_VERSION"),
-                "now": format_ts(self.now),
-                "uptime_s": self.started.elapsed().as_secs(),
-                "connections": crate::engine::connections_open(&self.connections),
-                "store_bytes": size,
+        let workers = self
+            .workers
+            .iter()
+            .map(|(wid, w)| api::InfoWorker {
+                wid: wid.to_string(),
+                state: directive_name(w.directive),
+                last_seen: chrono::DateTime::from_timestamp_millis(w.last_seen).map(format_ts),
+                active_jobs: w.held.len(),
+                info: w.info.clone(),
+            })
+            .collect();
+        Answer::Info(Box::new(api::Info {
+            server: api::ServerInfo {
+                name: "ojsd",
+                version: env!("CARGO_PKG_VERSION"),
+                now: format_ts(self.now),
+                uptime_s: self.started.elapsed().as_secs(),
+                connections: crate::engine::connections_open(&self.connections),
+                store: self.store.name(),
+                store_bytes: self.store.size_on_disk().unwrap_or(0),
             },
-            "totals": {
-                "enqueued": self.stats.enqueued,
-                "completed": self.stats.completed,
-                "failed": self.stats.failed,
-                "jobs": self.index.jobs.len(),
-                "dead": self.index.dead.len(),
-                "unique_keys": self.index.unique.jobs(),
-                "waiting_fetches": self.waiters.len(),
+            totals: api::Totals {
+                enqueued: self.stats.enqueued,
+                completed: self.stats.completed,
+                failed: self.stats.failed,
+                jobs: self.index.jobs.len(),
+                dead: self.index.dead.len(),
+                unique_keys: self.index.unique.jobs(),
+                waiting_fetches: self.waiters.len(),
             },
-            "queues": queues,
-            "workers": workers,
+            queues: api::QueueCountsMap(queues),
+            workers,
         }))
     }
 
@@ -206,8 +208,8 @@ impl Engine {
         actor: Option<&Arc<str>>,
     ) -> OjsResult<Out> {
         let reply = match cmd {
-            QueueCmd::Pause(n) => self.pause_queues(txn, n, true, actor).map(|_| Reply::Ok),
-            QueueCmd::Resume(n) => self.pause_queues(txn, n, false, actor).map(|_| Reply::Ok),
+            QueueCmd::Pause(n) => self.pause_queues(txn, n, true, actor).map(|_| Answer::Ok),
+            QueueCmd::Resume(n) => self.pause_queues(txn, n, false, actor).map(|_| Answer::Ok),
             QueueCmd::List => Ok(self.queue_list()),
             QueueCmd::Stats(name) => self.queue_stats(txn, &name),
             QueueCmd::Purge {
@@ -216,7 +218,7 @@ impl Engine {
                 older_than,
             } => self.queue_purge(txn, &queue, &states, older_than),
         };
-        reply.map(Out::Reply)
+        Ok(Out::Answer(reply))
     }
 
     /// QUEUE PAUSE/RESUME: durable (a meta record per paused queue), announced with
@@ -262,10 +264,13 @@ impl Engine {
     }
 }
 
-pub(in crate::engine) fn directive_name(d: Option<WorkerDirective>) -> &'static str {
-    match d {
-        None => "running",
-        Some(WorkerDirective::Quiet) => "quiet",
-        Some(WorkerDirective::Terminate) => "terminate",
+pub(in crate::engine) use api::directive_name;
+
+/// A queue's jobs per state.
+fn counts_of(q: &crate::engine::index::Queue) -> api::StateCounts {
+    let mut c = api::StateCounts::default();
+    for (n, s) in c.0.iter_mut().zip(State::ALL) {
+        *n = q.count(s);
     }
+    c
 }

@@ -1,19 +1,19 @@
 //! Queue and worker administration (ojs-admin-api §6, §9): QUEUE LIST, QUEUE STATS,
 //! QUEUE PURGE and the worker list. Pause and resume live in admin.rs.
 
+use crate::engine::api::{self, Answer};
 use crate::engine::index::{Queue, QueueId};
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::{format_ts, State};
-use crate::protocol::Reply;
 use chrono::{DateTime, Utc};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 const MINUTE_MS: i64 = 60_000;
 
-fn ms_to_ts(ms: i64) -> Value {
-    DateTime::from_timestamp_millis(ms).map_or(Value::Null, |t| json!(format_ts(t)))
+fn ms_to_ts(ms: i64) -> Option<String> {
+    DateTime::from_timestamp_millis(ms).map(format_ts)
 }
 
 impl Engine {
@@ -30,47 +30,41 @@ impl Engine {
     }
 
     /// Name, pause state, jobs per state and recent throughput of one queue.
-    fn queue_summary(&self, q: &Queue) -> Map<String, Value> {
-        let mut counts = Map::new();
-        for s in State::ALL {
-            counts.insert(s.as_str().into(), json!(q.count(s)));
-        }
+    fn queue_summary(&self, q: &Queue) -> api::QueueSummary {
         let now = self.now_ms();
         let one = q.throughput.window(now, MINUTE_MS);
         let five = q.throughput.window(now, 5 * MINUTE_MS);
-        let mut m = Map::new();
-        m.insert("name".into(), json!(q.name));
-        m.insert(
-            "state".into(),
-            json!(if q.paused { "paused" } else { "active" }),
-        );
-        m.insert("paused".into(), json!(q.paused));
-        m.insert("counts".into(), Value::Object(counts));
-        m.insert(
-            "throughput".into(),
-            json!({"processed_per_minute": one.completed, "failed_per_minute": one.failed,
-                   "processed_last_5m": five.completed, "failed_last_5m": five.failed}),
-        );
-        m
+        api::QueueSummary {
+            name: q.name.clone(),
+            state: if q.paused { "paused" } else { "active" },
+            paused: q.paused,
+            counts: super::counts_of(q),
+            throughput: api::Throughput {
+                processed_per_minute: one.completed,
+                failed_per_minute: one.failed,
+                processed_last_5m: five.completed,
+                failed_last_5m: five.failed,
+            },
+        }
     }
 
-    /// QUEUE LIST: `{"total": n, "queues": [...]}`, by name.
-    pub(in crate::engine) fn queue_list(&self) -> Reply {
+    /// QUEUE LIST: every queue, by name.
+    pub(in crate::engine) fn queue_list(&self) -> Answer {
         let mut queues: Vec<&Queue> = self.index.queues.iter().collect();
         queues.sort_by(|a, b| a.name.cmp(&b.name));
-        let items: Vec<Value> = queues
-            .into_iter()
-            .map(|q| Value::Object(self.queue_summary(q)))
-            .collect();
-        Reply::json(&json!({"total": items.len(), "queues": items}))
+        let queues: Vec<api::QueueSummary> =
+            queues.into_iter().map(|q| self.queue_summary(q)).collect();
+        Answer::Queues(api::QueueList {
+            total: queues.len(),
+            queues,
+        })
     }
 
     /// QUEUE STATS: the summary plus the age of the longest-waiting available job
     /// (`oldest_available_at`, `latency_ms` = now - its `enqueued_at`).
-    pub(in crate::engine) fn queue_stats(&self, txn: &Txn, name: &str) -> OjsResult<Reply> {
+    pub(in crate::engine) fn queue_stats(&self, txn: &Txn, name: &str) -> OjsResult<Answer> {
         let qid = self.known_queue(name)?;
         let q = self.index.queue(qid);
-        let mut m = self.queue_summary(q);
         let oldest = match self.index.oldest_available(qid) {
             Some(id) => txn
                 .job(self.store.as_ref(), id)?
@@ -78,15 +72,6 @@ impl Engine {
             None => None,
         };
         let now = self.now_ms();
-        m.insert("depth".into(), json!(q.count(State::Available)));
-        m.insert(
-            "oldest_available_at".into(),
-            oldest.map_or(Value::Null, |t| json!(format_ts(t))),
-        );
-        m.insert(
-            "latency_ms".into(),
-            json!(oldest.map_or(0, |t| (now - t.timestamp_millis()).max(0))),
-        );
         let workers = self
             .workers
             .iter()
@@ -96,8 +81,13 @@ impl Engine {
                     .is_some_and(|qs| qs.iter().any(|x| x.as_str() == Some(name)))
             })
             .count();
-        m.insert("workers".into(), json!(workers));
-        Ok(Reply::json(&Value::Object(m)))
+        Ok(Answer::QueueStats(Box::new(api::QueueStats {
+            summary: self.queue_summary(q),
+            depth: q.count(State::Available),
+            oldest_available_at: oldest.map(format_ts),
+            latency_ms: oldest.map_or(0, |t| (now - t.timestamp_millis()).max(0)),
+            workers,
+        })))
     }
 
     /// QUEUE PURGE: delete the queue's jobs in `states` (the parser refuses `active`),
@@ -109,7 +99,7 @@ impl Engine {
         name: &str,
         states: &[State],
         older_than: Option<DateTime<Utc>>,
-    ) -> OjsResult<Reply> {
+    ) -> OjsResult<Answer> {
         let qid = self.known_queue(name)?;
         let mut ids: Vec<uuid::Uuid> = self
             .index
@@ -143,24 +133,25 @@ impl Engine {
         if !ids.is_empty() {
             tracing::info!(queue = name, purged = ids.len(), "queue purged");
         }
-        let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
-        Ok(Reply::json(
-            &json!({"queue": name, "purged_count": ids.len(), "states": names}),
-        ))
+        Ok(Answer::Purged(api::Purged {
+            queue: name.to_string(),
+            purged_count: ids.len(),
+            states: states.iter().map(|s| s.as_str()).collect(),
+        }))
     }
 
     /// WORKERS: every worker the engine knows (connected, or holding jobs until its
     /// heartbeat timeout), by id. `last_heartbeat_at` is the last sign of life: a BEAT or
     /// any other command from one of its connections. `stale` is set after a third of
     /// `--heartbeat-timeout` of silence (a missed 15 s beat at the defaults).
-    pub(in crate::engine) fn worker_list(&self) -> Reply {
+    pub(in crate::engine) fn worker_list(&self) -> Answer {
         let now = self.now_ms();
         let stale_after =
             i64::try_from(self.cfg.heartbeat_timeout.as_millis() / 3).unwrap_or(i64::MAX);
         let mut rows: Vec<_> = self.workers.iter().collect();
         rows.sort_by(|a, b| a.0.cmp(b.0));
         let (mut running, mut quiet, mut terminate, mut stale_n) = (0, 0, 0, 0);
-        let items: Vec<Value> = rows
+        let workers: Vec<api::WorkerView> = rows
             .into_iter()
             .map(|(wid, w)| {
                 let state = super::directive_name(w.directive);
@@ -173,29 +164,35 @@ impl Engine {
                 stale_n += usize::from(stale);
                 let mut held: Vec<String> = w.held.iter().map(|id| id.to_string()).collect();
                 held.sort();
-                json!({
-                    "id": &**wid,
-                    "state": state,
-                    "connected": w.conns > 0,
-                    "connections": w.conns,
-                    "stale": stale,
-                    "last_heartbeat_at": ms_to_ts(w.last_seen),
-                    "started_at": ms_to_ts(w.started),
-                    "active_jobs": held.len(),
-                    "active_job_ids": held,
-                    "jobs_completed": w.completed,
-                    "queues": w.info.get("queues").cloned().unwrap_or(json!([])),
-                    "concurrency": w.info.get("concurrency").cloned().unwrap_or(Value::Null),
-                    "hostname": w.info.get("hostname").cloned().unwrap_or(Value::Null),
-                    "info": w.info,
-                })
+                let field = |k: &str, default: Value| w.info.get(k).cloned().unwrap_or(default);
+                api::WorkerView {
+                    id: wid.to_string(),
+                    state,
+                    connected: w.conns > 0,
+                    connections: w.conns,
+                    stale,
+                    last_heartbeat_at: ms_to_ts(w.last_seen),
+                    started_at: ms_to_ts(w.started),
+                    active_jobs: held.len(),
+                    active_job_ids: held,
+                    jobs_completed: w.completed,
+                    queues: field("queues", json!([])),
+                    concurrency: field("concurrency", Value::Null),
+                    hostname: field("hostname", Value::Null),
+                    info: w.info.clone(),
+                }
             })
             .collect();
-        Reply::json(&json!({
-            "total": items.len(),
-            "workers": items,
-            "summary": {"total": running + quiet + terminate, "running": running,
-                        "quiet": quiet, "terminate": terminate, "stale": stale_n},
-        }))
+        Answer::Workers(api::WorkerList {
+            total: workers.len(),
+            workers,
+            summary: api::WorkerSummary {
+                total: running + quiet + terminate,
+                running,
+                quiet,
+                terminate,
+                stale: stale_n,
+            },
+        })
     }
 }

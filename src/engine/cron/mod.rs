@@ -14,11 +14,11 @@ mod entry;
 use super::txn::{Out, Txn};
 use super::Engine;
 use crate::cron::{CronDef, Kind, Overlap};
+use crate::engine::api::{self, Answer};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{format_ts, State};
 use crate::protocol::cron::CronCmd;
-use crate::protocol::Reply;
 use crate::store::{Space, StoreError};
 use chrono::{DateTime, Utc};
 use entry::{ms_time, Entry, LOCAL_FORMAT};
@@ -40,8 +40,8 @@ pub(super) struct CronState {
     by_job: HashMap<Uuid, String>,
 }
 
-fn reply(v: Value) -> Out {
-    Out::Reply(Reply::json(&v))
+fn reply(a: Answer) -> Out {
+    Out::Answer(Ok(a))
 }
 
 fn not_found(name: &str) -> OjsError {
@@ -80,8 +80,16 @@ impl Engine {
                     .map(|e| e.view())
                     .collect();
                 let more = offset.saturating_add(page.len()) < all.len();
-                Ok(reply(json!({"cron_jobs": page, "count": page.len(),
-                    "pagination": {"total": all.len(), "limit": limit, "offset": offset, "has_more": more}})))
+                Ok(reply(Answer::CronPage(api::CronPage {
+                    count: page.len(),
+                    cron_jobs: page,
+                    pagination: api::Pagination {
+                        total: all.len(),
+                        limit,
+                        offset,
+                        has_more: more,
+                    },
+                })))
             }
             CronCmd::Get(name) => {
                 let e = self
@@ -89,7 +97,10 @@ impl Engine {
                     .entries
                     .get(&name)
                     .ok_or_else(|| not_found(&name))?;
-                Ok(reply(json!({"cron_job": e.view()})))
+                Ok(reply(Answer::CronJob(api::CronJob {
+                    cron_job: e.view(),
+                    created: None,
+                })))
             }
             CronCmd::Del(name) => {
                 let e = self
@@ -104,7 +115,7 @@ impl Engine {
                     self.cron.by_job.remove(id);
                 }
                 txn.batch.delete(Space::Cron, name.as_bytes());
-                Ok(Out::Reply(Reply::Ok))
+                Ok(reply(Answer::Ok))
             }
             CronCmd::Enable(name) => self.cron_toggle(txn, &name, true),
             CronCmd::Disable(name) => self.cron_toggle(txn, &name, false),
@@ -180,7 +191,10 @@ impl Engine {
         };
         let view = e.view();
         self.cron_put(txn, e, true);
-        Ok(reply(json!({"cron_job": view, "created": created})))
+        Ok(reply(Answer::CronJob(api::CronJob {
+            cron_job: view,
+            created: Some(created),
+        })))
     }
 
     /// CRON ENABLE / DISABLE. Enabling schedules from now: occurrences that fell in the
@@ -198,7 +212,10 @@ impl Engine {
         }
         let view = e.view();
         self.cron_put(txn, e, change);
-        Ok(reply(json!({"cron_job": view})))
+        Ok(reply(Answer::CronJob(api::CronJob {
+            cron_job: view,
+            created: None,
+        })))
     }
 
     /// Apply every due occurrence.

@@ -8,6 +8,7 @@
 //! The index is memory only; the rebuild at start recomputes it from the stored jobs.
 //! PUSH and PUSHB themselves live here too: validate, check the key, store.
 
+use crate::engine::api::{Answer, Answered, JobView};
 use crate::engine::jobs::Prepared;
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
@@ -15,7 +16,6 @@ use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::unique::{OnConflict, UniqueKey, UniquePolicy};
 use crate::job::validate::NewJob;
 use crate::job::{Job, State};
-use crate::protocol::Reply;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
@@ -139,8 +139,8 @@ impl Engine {
         let mut seen = HashSet::with_capacity(jobs.len());
         for (i, job) in jobs.into_iter().enumerate() {
             let (id, new) = self.validate_new(job).map_err(|e| OjsError {
-                code: e.code,
                 message: format!("job {i}: {}; no job was enqueued", e.message),
+                ..e
             })?;
             if !seen.insert(id) {
                 return Err(OjsError::new(
@@ -152,8 +152,8 @@ impl Engine {
         }
         let total: u64 = valid.iter().map(|(_, p)| p.len as u64).sum();
         self.check_queued_bytes(total).map_err(|e| OjsError {
-            code: e.code,
             message: format!("{}; no job was enqueued", e.message),
+            ..e
         })?;
         let mut overlay = Overlay::default();
         let mut planned = Vec::with_capacity(valid.len());
@@ -161,8 +161,8 @@ impl Engine {
             let admit = self
                 .admit(txn, id, &mut new.new, &mut overlay)
                 .map_err(|e| OjsError {
-                    code: e.code,
                     message: format!("job {i}: {}; no job was enqueued", e.message),
+                    ..e
                 })?;
             planned.push((id, new, admit));
         }
@@ -316,31 +316,30 @@ impl Engine {
         txn: &mut Txn,
         pushed: &[Pushed],
         array: bool,
-    ) -> Reply {
-        if !pushed.iter().any(|p| p.deduplicated) {
+    ) -> Answered {
+        let views = if !pushed.iter().any(|p| p.deduplicated) {
             let ids: Vec<Uuid> = pushed.iter().map(|p| p.id).collect();
-            return Reply::Bulk(txn.snapshot(&ids, array));
-        }
-        let mut out = Vec::with_capacity(pushed.len());
-        for p in pushed {
-            let job = match txn.job(self.store.as_ref(), p.id) {
-                Ok(Some(j)) => j,
-                Ok(None) => return Reply::Error(crate::engine::jobs::not_found(&p.id.to_string())),
-                Err(e) => return Reply::Error(e),
-            };
-            let mut v = serde_json::to_value(&job).unwrap_or_default();
-            if let (true, Some(m)) = (p.deduplicated, v.as_object_mut()) {
-                m.insert("deduplicated".into(), serde_json::Value::Bool(true));
+            txn.snapshot(&ids)
+        } else {
+            let mut out = Vec::with_capacity(pushed.len());
+            for p in pushed {
+                let job = txn
+                    .job(self.store.as_ref(), p.id)?
+                    .ok_or_else(|| crate::engine::jobs::not_found(&p.id.to_string()))?;
+                let mut v = serde_json::to_value(&job).unwrap_or_default();
+                if let (true, Some(m)) = (p.deduplicated, v.as_object_mut()) {
+                    m.insert("deduplicated".into(), serde_json::Value::Bool(true));
+                }
+                let bytes = serde_json::to_vec(&v).unwrap_or_default();
+                out.push(JobView::encoded(bytes.into()));
             }
-            out.push(v);
-        }
-        match (array, out.pop()) {
-            (false, Some(one)) if out.is_empty() => Reply::json(&one),
-            (_, last) => {
-                out.extend(last);
-                Reply::json(&serde_json::Value::Array(out))
-            }
-        }
+            out
+        };
+        Ok(match (array, <[JobView; 1]>::try_from(views)) {
+            (false, Ok([one])) => Answer::Job(one),
+            (_, Ok(one)) => Answer::Jobs(one.into()),
+            (_, Err(all)) => Answer::Jobs(all),
+        })
     }
 
     /// Index the keys of stored jobs (the rebuild at start).

@@ -14,6 +14,7 @@ mod records;
 mod state;
 mod view;
 
+use crate::engine::api::{Answer, WorkflowView};
 use crate::engine::txn::{Out, Txn};
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
@@ -21,7 +22,6 @@ use crate::events::Component;
 use crate::job::{Job, State};
 use crate::json::MAX_STORED_DEPTH;
 use crate::protocol::workflow::WorkflowCmd;
-use crate::protocol::Reply;
 use crate::store::{Batch, Space, StoreError};
 use crate::workflow;
 use serde_json::{json, Value};
@@ -130,12 +130,22 @@ impl Engine {
             }
             WorkflowCmd::Cancel(id) => self.workflow_cancel(txn, &id)?,
         };
-        Ok(Out::Reply(Reply::json(&v)))
+        let id = v["id"].as_str().unwrap_or_default().to_string();
+        Ok(Out::Answer(Ok(Answer::Workflow(WorkflowView {
+            id,
+            doc: v,
+        }))))
     }
 
     fn workflow_create(&mut self, txn: &mut Txn, definition: Value) -> OjsResult<Value> {
-        let def = workflow::parse_definition(&definition, &self.cfg.limits, self.now)
-            .map_err(|p| OjsError::new(ErrorCode::InvalidPayload, workflow::summary(&p)))?;
+        let def =
+            workflow::parse_definition(&definition, &self.cfg.limits, self.now).map_err(|p| {
+                OjsError {
+                    message: workflow::summary(&p),
+                    problems: p,
+                    ..OjsError::new(ErrorCode::InvalidPayload, "")
+                }
+            })?;
         let id = def
             .root
             .id

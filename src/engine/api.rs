@@ -1,0 +1,435 @@
+//! The engine's typed results: what every command answers, before any front end has
+//! chosen a wire format. The TCP front ends encode these as RESP (`protocol::reply`), the
+//! HTTP front end renders its own JSON shapes from the same values, and neither ever parses
+//! the engine's output again or reads an error's message to learn what went wrong (errors
+//! carry a stable [`ErrorCode`](crate::error::ErrorCode) and, for invalid definitions, a
+//! structured list of [`Problem`](crate::error::Problem)s).
+//!
+//! The documents serialize (serde) to the JSON the OJS TCP dialect has always sent, field
+//! for field and in the same order; a job is carried as its canonical OJS envelope, already
+//! encoded by the engine (the same bytes it stored), so relaying one costs no encoding.
+
+use crate::error::{OjsError, OjsResult};
+use crate::job::{Job, State};
+use crate::protocol::command::WorkerDirective;
+use bytes::Bytes;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::Value;
+
+/// What a command answers, or why it was refused.
+pub type Answered = Result<Answer, OjsError>;
+
+/// A typed result of one engine command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// Done; nothing to report.
+    Ok,
+    /// Nothing to hand out: a FETCH that found no job within its wait.
+    Nothing,
+    /// One job (PUSH, FETCH, JOB, DEAD GET).
+    Job(JobView),
+    /// Several jobs in order (PUSHB, FETCH with a count).
+    Jobs(Vec<JobView>),
+    /// BEAT when the worker has a pending directive.
+    Directive(WorkerDirective),
+    Info(Box<Info>),
+    Queues(QueueList),
+    QueueStats(Box<QueueStats>),
+    Purged(Purged),
+    Workers(WorkerList),
+    DeadPage(DeadPage),
+    DeadStats(Box<DeadStats>),
+    DeadRetried(DeadRetried),
+    DeadDeleted(DeadDeleted),
+    CronPage(CronPage),
+    CronJob(CronJob),
+    Workflow(WorkflowView),
+}
+
+/// A job as the engine holds it: its canonical OJS envelope (ojs-core §5), encoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobView {
+    json: Bytes,
+}
+
+impl JobView {
+    /// A view of an envelope the engine encoded from a [`Job`].
+    pub(crate) fn encoded(json: Bytes) -> JobView {
+        JobView { json }
+    }
+
+    /// The envelope's JSON, as stored.
+    pub fn json(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// The envelope as a typed job (for a front end that speaks another job dialect).
+    pub fn job(&self) -> OjsResult<Job> {
+        serde_json::from_slice(&self.json).map_err(|e| {
+            OjsError::new(
+                crate::error::ErrorCode::BackendError,
+                format!("job envelope: {e}"),
+            )
+        })
+    }
+}
+
+impl Serialize for JobView {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // The bytes are JSON the engine wrote; embed them as they are.
+        let text = std::str::from_utf8(&self.json).map_err(serde::ser::Error::custom)?;
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
+    }
+}
+
+/// Jobs per lifecycle state, rendered as `{"scheduled": n, "available": n, ...}` in the
+/// order of [`State::ALL`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateCounts(pub [usize; 8]);
+
+impl StateCounts {
+    pub fn get(&self, s: State) -> usize {
+        State::ALL
+            .iter()
+            .position(|x| *x == s)
+            .map_or(0, |i| self.0[i])
+    }
+}
+
+impl Serialize for StateCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(8))?;
+        for (state, n) in State::ALL.iter().zip(self.0) {
+            m.serialize_entry(state.as_str(), &n)?;
+        }
+        m.end()
+    }
+}
+
+/// INFO: the server, totals, each queue's counts, the workers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Info {
+    pub server: ServerInfo,
+    pub totals: Totals,
+    pub queues: QueueCountsMap,
+    pub workers: Vec<InfoWorker>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerInfo {
+    pub name: &'static str,
+    pub version: &'static str,
+    pub now: String,
+    pub uptime_s: u64,
+    pub connections: usize,
+    /// `fjall` or `sled`.
+    pub store: &'static str,
+    pub store_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Totals {
+    pub enqueued: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub jobs: usize,
+    pub dead: usize,
+    pub unique_keys: usize,
+    pub waiting_fetches: usize,
+}
+
+/// `{"<queue>": {"paused": bool, "<state>": n, ...}}` in the engine's queue order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueCountsMap(pub Vec<QueueCounts>);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueCounts {
+    pub name: String,
+    pub paused: bool,
+    pub counts: StateCounts,
+}
+
+impl Serialize for QueueCountsMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct One<'a>(&'a QueueCounts);
+        impl Serialize for One<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(9))?;
+                m.serialize_entry("paused", &self.0.paused)?;
+                for (state, n) in State::ALL.iter().zip(self.0.counts.0) {
+                    m.serialize_entry(state.as_str(), &n)?;
+                }
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for q in &self.0 {
+            m.serialize_entry(&q.name, &One(q))?;
+        }
+        m.end()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InfoWorker {
+    pub wid: String,
+    pub state: &'static str,
+    pub last_seen: Option<String>,
+    pub active_jobs: usize,
+    /// What the worker's HELLO said about itself.
+    pub info: Value,
+}
+
+/// QUEUE LIST.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueList {
+    pub total: usize,
+    pub queues: Vec<QueueSummary>,
+}
+
+/// One queue's name, pause state, jobs per state and recent throughput.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueSummary {
+    pub name: String,
+    /// `active` or `paused`.
+    pub state: &'static str,
+    pub paused: bool,
+    pub counts: StateCounts,
+    pub throughput: Throughput,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Throughput {
+    pub processed_per_minute: u64,
+    pub failed_per_minute: u64,
+    pub processed_last_5m: u64,
+    pub failed_last_5m: u64,
+}
+
+/// QUEUE STATS: the summary plus depth, the oldest waiting job and its latency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueStats {
+    #[serde(flatten)]
+    pub summary: QueueSummary,
+    pub depth: usize,
+    pub oldest_available_at: Option<String>,
+    pub latency_ms: i64,
+    pub workers: usize,
+}
+
+/// QUEUE PURGE.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Purged {
+    pub queue: String,
+    pub purged_count: usize,
+    pub states: Vec<&'static str>,
+}
+
+/// WORKERS.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerList {
+    pub total: usize,
+    pub workers: Vec<WorkerView>,
+    pub summary: WorkerSummary,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerView {
+    pub id: String,
+    /// `running`, `quiet` or `terminate`.
+    pub state: &'static str,
+    pub connected: bool,
+    pub connections: usize,
+    pub stale: bool,
+    pub last_heartbeat_at: Option<String>,
+    pub started_at: Option<String>,
+    pub active_jobs: usize,
+    pub active_job_ids: Vec<String>,
+    pub jobs_completed: u64,
+    pub queues: Value,
+    pub concurrency: Value,
+    pub hostname: Value,
+    pub info: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerSummary {
+    pub total: usize,
+    pub running: usize,
+    pub quiet: usize,
+    pub terminate: usize,
+    pub stale: usize,
+}
+
+/// DEAD LIST: one page, newest first; `total` counts every match.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadPage {
+    pub total: usize,
+    pub jobs: Vec<JobView>,
+}
+
+/// DEAD STATS (ojs-dead-letter §10.1).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadStats {
+    pub total: usize,
+    pub by_queue: serde_json::Map<String, Value>,
+    pub by_error_type: std::collections::BTreeMap<String, u64>,
+    pub oldest_at: Option<String>,
+    pub newest_at: Option<String>,
+    pub retention: DeadRetention,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadRetention {
+    pub max_age: String,
+    pub max_count: usize,
+    pub next_prune_at: Option<String>,
+}
+
+/// DEAD RETRY with a filter.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadRetried {
+    pub matched: usize,
+    pub retried: usize,
+    pub failed: usize,
+    pub errors: Vec<BulkError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BulkError {
+    pub job_id: String,
+    pub error: String,
+}
+
+/// DEAD DELETE with a filter.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadDeleted {
+    pub matched: usize,
+    pub deleted: usize,
+}
+
+/// CRON LIST: one page of registrations.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CronPage {
+    pub cron_jobs: Vec<Value>,
+    pub count: usize,
+    pub pagination: Pagination,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pagination {
+    pub total: usize,
+    pub limit: usize,
+    pub offset: usize,
+    pub has_more: bool,
+}
+
+/// One cron registration (ojs-cron §8): its definition, next and last run, run count and
+/// running jobs, as one JSON object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CronJob {
+    pub cron_job: Value,
+    /// CRON ADD: whether the registration is new (false: it replaced one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created: Option<bool>,
+}
+
+/// A workflow with every node's state (ojs-workflows §11), as one JSON object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowView {
+    pub id: String,
+    pub doc: Value,
+}
+
+impl Serialize for WorkflowView {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.doc.serialize(s)
+    }
+}
+
+impl Answer {
+    /// The JSON document the OJS dialects send for this answer; `None` for `Ok` and
+    /// `Nothing`, which carry no document.
+    pub fn to_json(&self) -> Option<Bytes> {
+        fn ser<T: Serialize>(v: &T) -> Option<Bytes> {
+            // The documents hold strings, numbers and JSON values only: this cannot fail.
+            serde_json::to_vec(v).ok().map(Bytes::from)
+        }
+        match self {
+            Answer::Ok | Answer::Nothing => None,
+            Answer::Job(j) => Some(j.json.clone()),
+            Answer::Jobs(js) => {
+                let len = js.iter().map(|j| j.json.len() + 1).sum::<usize>() + 2;
+                let mut buf = Vec::with_capacity(len);
+                buf.push(b'[');
+                for (i, j) in js.iter().enumerate() {
+                    if i > 0 {
+                        buf.push(b',');
+                    }
+                    buf.extend_from_slice(&j.json);
+                }
+                buf.push(b']');
+                Some(Bytes::from(buf))
+            }
+            Answer::Directive(d) => ser(&serde_json::json!({"state": directive_name(Some(*d))})),
+            Answer::Info(v) => ser(v),
+            Answer::Queues(v) => ser(v),
+            Answer::QueueStats(v) => ser(v),
+            Answer::Purged(v) => ser(v),
+            Answer::Workers(v) => ser(v),
+            Answer::DeadPage(v) => ser(v),
+            Answer::DeadStats(v) => ser(v),
+            Answer::DeadRetried(v) => ser(v),
+            Answer::DeadDeleted(v) => ser(v),
+            Answer::CronPage(v) => ser(v),
+            Answer::CronJob(v) => ser(v),
+            Answer::Workflow(v) => ser(v),
+        }
+    }
+}
+
+/// A worker directive's name as BEAT and the worker list show it.
+pub fn directive_name(d: Option<WorkerDirective>) -> &'static str {
+    match d {
+        None => "running",
+        Some(WorkerDirective::Quiet) => "quiet",
+        Some(WorkerDirective::Terminate) => "terminate",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_counts_render_every_state_in_order() {
+        let mut c = StateCounts::default();
+        c.0[1] = 3;
+        let v = serde_json::to_string(&c).unwrap();
+        assert_eq!(
+            v,
+            r#"{"scheduled":0,"available":3,"pending":0,"active":0,"completed":0,"retryable":0,"cancelled":0,"discarded":0}"#
+        );
+        assert_eq!(c.get(State::Available), 3);
+    }
+
+    #[test]
+    fn jobs_render_as_an_array_of_the_stored_envelopes() {
+        let a = JobView::encoded(Bytes::from_static(br#"{"id":"a"}"#));
+        let b = JobView::encoded(Bytes::from_static(br#"{"id":"b"}"#));
+        let out = Answer::Jobs(vec![a.clone(), b]).to_json().unwrap();
+        assert_eq!(&out[..], br#"[{"id":"a"},{"id":"b"}]"#);
+        let page = DeadPage {
+            total: 1,
+            jobs: vec![a],
+        };
+        assert_eq!(
+            serde_json::to_string(&page).unwrap(),
+            r#"{"total":1,"jobs":[{"id":"a"}]}"#
+        );
+        assert_eq!(Answer::Ok.to_json(), None);
+    }
+}
