@@ -534,6 +534,8 @@ fn health_is_ok_with_the_binding_headers() {
     let h = r.json();
     assert_eq!(h["status"], "ok");
     assert_eq!(h["backend"]["status"], "connected");
+    let store = common::test_store().unwrap_or_else(|| "fjall".into());
+    assert_eq!(h["backend"]["type"], store.as_str());
     assert!(h["uptime_seconds"].is_u64());
     assert_eq!(r.header("ojs-version"), Some("1.0"));
     assert_eq!(
