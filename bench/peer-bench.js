@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // The ojsd-bench workload against Redis peers, for bench/compare.sh.
 //
-//   node peer-bench.js --kind bullmq|list --port 6379 --jobs N --producers P --workers C
+//   node peer-bench.js --kind bullmq|list --port 6379 --jobs N --producers P --workers C [--inflight K]
 //
+// --inflight K: each producer connection keeps K adds in flight (pipelined on its one
+//   connection, as a BullMQ app adding from many requests does); default 1.
 // kind=bullmq: P Queue instances (one connection each) call Queue.add one job at a time;
 //   Worker instances (BULL_WORKER_INSTANCES, default 1) share `concurrency` C between them.
 //   A job counts as done at the Worker's `completed` event (BullMQ's ACK: moveToFinished).
@@ -18,7 +20,7 @@ const { fork } = require('child_process');
 const { performance } = require('perf_hooks');
 
 function parseArgs(argv) {
-  const o = { kind: 'list', port: 6379, jobs: 10000, producers: 16, workers: 16, payload: 300, timeout: 600, role: 'main' };
+  const o = { kind: 'list', port: 6379, jobs: 10000, producers: 16, workers: 16, payload: 300, timeout: 600, inflight: 1, role: 'main' };
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '');
     o[k] = ['kind', 'role'].includes(k) ? argv[i + 1] : Number(argv[i + 1]);
@@ -71,12 +73,17 @@ async function producerRole() {
   process.send({ ready: true });
   await new Promise((res) => process.once('message', res));
   let pushed = 0;
+  const inflight = Math.max(1, opts.inflight);
   await Promise.all(conns.map(async (c, i) => {
     const [from, to] = share(opts.jobs, opts.producers, i);
-    for (let s = from; s < to; s++) {
-      await c.send(job(s, pad));
-      pushed++;
-    }
+    let next = from;
+    await Promise.all(Array.from({ length: inflight }, async () => {
+      while (next < to) {
+        const s = next++;
+        await c.send(job(s, pad));
+        pushed++;
+      }
+    }));
   }));
   process.send({ pushDone: nowMs(), pushed });
   await Promise.all(conns.map((c) => c.close()));
@@ -172,7 +179,7 @@ async function main() {
   clearTimeout(timer);
   const r3 = (x) => Math.round(x * 1000) / 1000;
   const out = {
-    kind: opts.kind, jobs: opts.jobs, producers: opts.producers, workers: opts.workers,
+    kind: opts.kind, jobs: opts.jobs, producers: opts.producers, workers: opts.workers, inflight: opts.inflight,
     jobs_per_s: r3(opts.jobs / ((c.end - t0) / 1000)),
     push_per_s: r3(p.pushed / ((p.pushDone - t0) / 1000)),
     elapsed_s: r3((c.end - t0) / 1000),

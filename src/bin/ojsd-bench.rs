@@ -67,6 +67,10 @@ struct Args {
     /// behind it answers, so the last ACKs may be read up to the fetch wait (2 s) late.
     #[arg(long, default_value_t = 1)]
     pipeline: usize,
+    /// Commands in flight per worker connection [default: --pipeline]; `--pipeline 16
+    /// --worker-pipeline 1` pipelines the producers only.
+    #[arg(long)]
+    worker_pipeline: Option<usize>,
     /// Approximate bytes of `args` per job.
     #[arg(long, default_value_t = 300)]
     payload: usize,
@@ -201,6 +205,7 @@ fn load_run(args: &Args) -> i32 {
         batch: args.batch.max(1),
         rate: args.rate.filter(|r| *r > 0.0),
         pipeline: args.pipeline.max(1),
+        worker_pipeline: args.worker_pipeline.unwrap_or(args.pipeline).max(1),
         timeout: Duration::from_secs(args.timeout),
         payload: args.payload,
         queue: args.queue.clone(),
@@ -230,6 +235,7 @@ fn load_run(args: &Args) -> i32 {
         "workers": cfg.workers,
         "batch": if mode == Mode::Batch || fill { json!(cfg.batch) } else { Value::Null },
         "pipeline": cfg.pipeline,
+        "worker_pipeline": cfg.worker_pipeline,
         "rate_offered": cfg.rate,
         "payload_args_bytes": envelope::Envelope::new(&cfg.queue, 0, cfg.payload).args_bytes(),
         "push_per_s": round3(pushed as f64 / push_s),

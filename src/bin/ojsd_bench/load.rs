@@ -26,8 +26,10 @@ pub struct LoadConfig {
     pub batch: usize,
     /// Offered load, jobs/s over all producers; `None` is as fast as possible.
     pub rate: Option<f64>,
-    /// Commands in flight per connection.
+    /// Commands in flight per producer connection.
     pub pipeline: usize,
+    /// Commands in flight per worker connection.
+    pub worker_pipeline: usize,
     pub timeout: Duration,
     pub payload: usize,
     pub queue: String,
@@ -256,7 +258,7 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
         Mode::One => format!("FETCH {}", cfg.queue),
         Mode::Batch => format!("FETCH {} COUNT {}", cfg.queue, cfg.batch.clamp(1, 1000)),
     };
-    let depth = cfg.pipeline.max(1);
+    let depth = cfg.worker_pipeline.max(1);
     let mut out: VecDeque<Cmd> = VecDeque::new();
     let mut fetches = 0usize;
     loop {
