@@ -3,7 +3,7 @@
 # and a free loopback port, drives it with ojsd-bench, reads the server's memory and CPU from
 # /proc, prints a table, and cleans up after itself.
 #
-#   bench/run.sh steady|latency|million|restart|idle|bigjobs|all
+#   bench/run.sh steady|latency|million|restart|idle|bigjobs|disk|all
 #
 # Sizes (env vars; defaults are the issue's full sizes):
 #   STEADY_ONE_JOBS=100000   STEADY_BATCH_JOBS=300000   BATCH=100
@@ -14,6 +14,9 @@
 #   MILLION_JOBS=1000000     jobs queued for `million` and `restart`
 #   IDLE_CONNS=1000 IDLE_SECONDS=30
 #   BIG_JOBS=1000 BIG_BYTES=1000000   `bigjobs`: RSS per MiB of large jobs queued
+#   DISK_JOBS=1000000 LIVE_JOBS=100000 DISK_RETENTION=5 DISK_WATCH=120   `disk`: size on
+#                            disk against live data after churn (see scenario_disk)
+#   DISK_STEADY_S=600 DISK_RATE=2000  `disk`: a steady run's size curve (0 skips it)
 #   REPEAT=1                 runs of each steady and latency measurement, each on a fresh
 #                            server; with more than one, the table shows the median and
 #                            the range (min–max), and the verdict is the median's
@@ -24,9 +27,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SCENARIO=${1:-all}
 case "$SCENARIO" in
-steady | latency | million | restart | idle | bigjobs | all) ;;
+steady | latency | million | restart | idle | bigjobs | disk | all) ;;
 *)
-    echo "usage: $0 steady|latency|million|restart|idle|bigjobs|all" >&2
+    echo "usage: $0 steady|latency|million|restart|idle|bigjobs|disk|all" >&2
     exit 2
     ;;
 esac
@@ -44,6 +47,12 @@ IDLE_CONNS=${IDLE_CONNS:-1000}
 IDLE_SECONDS=${IDLE_SECONDS:-30}
 BIG_JOBS=${BIG_JOBS:-1000}
 BIG_BYTES=${BIG_BYTES:-1000000}
+DISK_JOBS=${DISK_JOBS:-1000000}
+LIVE_JOBS=${LIVE_JOBS:-100000}
+DISK_RETENTION=${DISK_RETENTION:-5}
+DISK_WATCH=${DISK_WATCH:-120}
+DISK_STEADY_S=${DISK_STEADY_S:-600}
+DISK_RATE=${DISK_RATE:-2000}
 OUT_DIR=${OUT_DIR:-}
 REPEAT=${REPEAT:-1}
 
@@ -266,8 +275,61 @@ scenario_bigjobs() {
     stop_server
 }
 
+# Disk under churn: LIVE_JOBS jobs stay queued while DISK_JOBS jobs are pushed, completed
+# and pruned (--retention DISK_RETENTION s) through another queue; then the data dir's size
+# is sampled every 5 s for DISK_WATCH s (the curve), and once stopped the live records are
+# counted (ojsd-bench --store-stats). Target: on disk <= 2x the live bytes a minute after
+# the churn. Then DISK_STEADY_S seconds of steady load at DISK_RATE jobs/s, sampled every
+# 30 s: the size must level off, not grow with the jobs processed.
+du_b() { du -sb "$1" | cut -f1; }
+scenario_disk() {
+    local dir=$TMP/disk curve="" t size at60="" i
+    export OJSD_RETENTION=$DISK_RETENTION
+    start_server "$dir"
+    echo "== disk: $LIVE_JOBS live jobs, then $DISK_JOBS pushed, completed and pruned" >&2
+    bench_run disk-live --fill "$LIVE_JOBS" --batch 500 --producers 2 --queue live
+    bench_run disk-churn --mode batch --jobs "$DISK_JOBS" --batch 100
+    row disk "churn jobs/s (batch 100)" "$(json "$TMP/disk-churn.json" "round(d['jobs_per_s'])")" "" ""
+    for t in $(seq 0 5 "$DISK_WATCH"); do
+        [ "$t" -gt 0 ] && sleep 5
+        size=$(du_b "$dir")
+        curve="$curve $t:$(mib $((size / 1024)))"
+        [ "$t" -eq 60 ] && at60=$size
+    done
+    [ -n "$at60" ] || at60=$size
+    row disk "MiB on disk at +s after the churn" "${curve# }" "" ""
+    if [ "$DISK_STEADY_S" -gt 0 ]; then
+        echo "== disk: ${DISK_STEADY_S}s steady at $DISK_RATE jobs/s" >&2
+        local n=$((DISK_RATE * DISK_STEADY_S)) steady="" pid
+        "$BENCH" --addr "$ADDR" --json --mode one --jobs "$n" --rate "$DISK_RATE" \
+            --timeout $((DISK_STEADY_S * 3)) >"$TMP/disk-steady.json" &
+        pid=$!
+        i=0
+        while kill -0 "$pid" 2>/dev/null; do
+            if [ $((i % 30)) -eq 0 ]; then
+                steady="$steady ${i}:$(mib $(($(du_b "$dir") / 1024)))"
+            fi
+            sleep 1
+            i=$((i + 1))
+        done
+        wait "$pid" || { cat "$TMP/disk-steady.json" >&2; exit 1; }
+        row disk "steady: MiB on disk at +s" "${steady# }" "" ""
+        row disk "steady: jobs/s offered / done" "$DISK_RATE / $(json "$TMP/disk-steady.json" "round(d['jobs_per_s'])")" "" ""
+    fi
+    stop_server
+    unset OJSD_RETENTION
+    "$BENCH" --store-stats "$dir" --json >"$TMP/disk-stats.json"
+    keep "$TMP/disk-stats.json" disk-stats
+    local live ratio
+    live=$(json "$TMP/disk-stats.json" "d['live_bytes']")
+    ratio=$(python3 -c "print(round($at60/max(1,$live), 2))")
+    row disk "live bytes after stop (records: jobs, events, ...)" "$(json "$TMP/disk-stats.json" "', '.join(f\"{k} {v['records']}/{round(v['bytes']/1048576,1)} MiB\" for k,v in d['spaces'].items())")" "" ""
+    row disk "on disk / live, a minute after the churn" "$ratio" "<= 2" "$(verdict "$ratio" '<=' 2)"
+}
+
 case "$SCENARIO" in
 bigjobs) scenario_bigjobs ;;
+disk) scenario_disk ;;
 steady) scenario_steady ;;
 latency) scenario_latency ;;
 million) scenario_million ;;

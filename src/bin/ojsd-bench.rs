@@ -131,6 +131,10 @@ struct Args {
     /// the disk after each phase (does the store give the space back?).
     #[arg(long, value_name = "N", default_value_t = 0, requires = "store_floor")]
     churn: u32,
+    /// No server: open the (stopped) server's data dir and report the live bytes (keys and
+    /// values) in each keyspace beside the directory's size on disk.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["idle", "probe_restart", "fill", "store_floor"])]
+    store_stats: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -164,6 +168,17 @@ fn main() {
             }
             Err(e) => {
                 eprintln!("ojsd-bench: store floor failed: {e}");
+                1
+            }
+        }
+    } else if let Some(dir) = &args.store_stats {
+        match extra::store_stats(dir) {
+            Ok(out) => {
+                emit(&args, "store stats", &out);
+                0
+            }
+            Err(e) => {
+                eprintln!("ojsd-bench: store stats failed: {e}");
                 1
             }
         }

@@ -171,3 +171,56 @@ pub fn probe_restart(
         "connect_attempts": attempts,
     }))
 }
+
+/// Live records and bytes per keyspace of a stopped server's data dir, and the directory's
+/// size on disk: how much of the disk is data and how much is the store's overhead.
+pub fn store_stats(dir: &std::path::Path) -> Result<Value, String> {
+    use ojsd::store::{self, Space, StoreKind};
+    let kind = store::written_by(dir)
+        .map_err(|e| e.to_string())?
+        .unwrap_or(StoreKind::Sled);
+    let disk = dir_bytes(dir);
+    let st = store::open(kind, dir, 64 << 20).map_err(|e| e.to_string())?;
+    let mut spaces = serde_json::Map::new();
+    let mut live = 0u64;
+    for space in Space::ALL {
+        let (mut n, mut bytes) = (0u64, 0u64);
+        st.scan(space, &mut |k, v| {
+            n += 1;
+            bytes = bytes.saturating_add((k.len() + v.len()) as u64);
+            true
+        })
+        .map_err(|e| e.to_string())?;
+        live = live.saturating_add(bytes);
+        spaces.insert(
+            format!("{space:?}").to_lowercase(),
+            serde_json::json!({"records": n, "bytes": bytes}),
+        );
+    }
+    Ok(serde_json::json!({
+        "store": kind.name(),
+        "disk_bytes": disk,
+        "live_bytes": live,
+        "disk_over_live": if live > 0 { disk as f64 / live as f64 } else { 0.0 },
+        "spaces": spaces,
+    }))
+}
+
+/// Bytes of the regular files under `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(e.path()),
+                Ok(m) => total = total.saturating_add(m.len()),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
