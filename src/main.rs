@@ -23,9 +23,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// Every flag can also come from its `OJSD_*` environment variable or from the `--config`
 /// file; a flag wins over the variable, which wins over the file.
+///
+/// With a subcommand (`ojsd queues`, `ojsd push ...`, `ojsd tail`, ...), it is instead an
+/// admin client of a running server; `ojsd help <subcommand>` explains each.
 #[derive(clap::Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<ojsd::cli::Command>,
     /// A TOML file of settings: each key is a flag's long name (`max_line_bytes` or
     /// `max-line-bytes`); see ojsd.toml.sample.
     #[arg(long, env = "OJSD_CONFIG", value_name = "PATH")]
@@ -191,7 +196,10 @@ fn parse_args() -> Args {
 }
 
 fn main() {
-    let args = parse_args();
+    let mut args = parse_args();
+    if let Some(cmd) = args.command.take() {
+        std::process::exit(ojsd::cli::run(cmd));
+    }
     let filter = log_filter(&args.log_level);
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -228,6 +228,17 @@ impl Client {
         expect_ok(self.command(&format!("WORKER TERMINATE {}", word(wid, "worker id")?))?)
     }
 
+    /// Send any command line and read its answer: `Some(json)` for a bulk reply, `None`
+    /// for `+OK` or a null reply; an error reply is `Err(Error::Server)`.
+    pub fn request(&mut self, line: &str) -> Result<Option<Value>> {
+        match self.command(line)? {
+            Reply::Bulk(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| Error::Protocol(format!("invalid JSON in reply: {e}"))),
+            _ => Ok(None),
+        }
+    }
+
     /// Say goodbye; the server closes the connection without replying.
     pub fn end(mut self) -> Result<()> {
         // Deliberately skips the `broken` check: END is harmless even on a

@@ -1,0 +1,990 @@
+//! The admin subcommands of the `ojsd` binary (`ojsd push`, `ojsd queues`, `ojsd tail`, ...):
+//! a client of a running server over its TCP protocol, using the Rust client
+//! (`clients/rust`). Human tables by default, the server's JSON with `--json`.
+//!
+//! Exit codes: 0 done, 1 the server refused or failed the request, 2 bad usage (including
+//! a destructive bulk action without `--yes`), 3 the server cannot be reached or the
+//! password is wrong.
+
+mod table;
+
+use clap::{Args, Subcommand};
+use ojs_client::{Client, ConnectOptions, Error};
+use serde_json::{json, Map, Value};
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+use table::Table;
+
+/// How to reach the server; every subcommand takes these.
+#[derive(Args, Debug, Clone)]
+pub struct Conn {
+    /// The server's TCP address.
+    #[arg(
+        long,
+        env = "OJSD_ADDR",
+        default_value = "127.0.0.1:7419",
+        global = true
+    )]
+    pub addr: String,
+    /// The server's password, when it has one.
+    #[arg(long, env = "OJSD_PASSWORD", hide_env_values = true, global = true)]
+    pub password: Option<String>,
+    /// Print the server's JSON instead of a table (one JSON value per line for `tail`).
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Enqueue one job.
+    Push(Push),
+    /// Show one job's envelope.
+    Job {
+        id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List the queues with their counts and throughput.
+    Queues {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Pause, resume or purge a queue.
+    Queue {
+        #[command(subcommand)]
+        action: QueueAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The dead-letter set: list, retry, delete.
+    Dead {
+        #[command(subcommand)]
+        action: DeadAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List workers, or tell one to go quiet or terminate.
+    Workers {
+        #[command(subcommand)]
+        action: Option<WorkerAction>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Cron registrations: list, add, delete.
+    Cron {
+        #[command(subcommand)]
+        action: CronAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Workflows.
+    Workflow {
+        #[command(subcommand)]
+        action: WorkflowAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Follow the event stream (ojs-events), optionally filtered; Ctrl-C stops.
+    Tail(Tail),
+    /// Server totals, per-state counts and workers at a glance.
+    Stats {
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct Push {
+    /// The job type, e.g. `email.send`.
+    #[arg(required_unless_present = "envelope")]
+    pub job_type: Option<String>,
+    /// The job's args as a JSON array (a single JSON value is wrapped in one).
+    pub args: Option<String>,
+    #[arg(long)]
+    pub queue: Option<String>,
+    #[arg(long)]
+    pub priority: Option<i64>,
+    /// When the job becomes available (RFC 3339 with a zone).
+    #[arg(long)]
+    pub at: Option<String>,
+    /// `meta` as a JSON object.
+    #[arg(long)]
+    pub meta: Option<String>,
+    /// A whole job envelope as JSON, `@file` or `-` for stdin (the other options are
+    /// applied over it).
+    #[arg(long)]
+    pub envelope: Option<String>,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QueueAction {
+    /// Stop FETCH from taking jobs from these queues (they still accept jobs).
+    Pause {
+        queues: Vec<String>,
+    },
+    Resume {
+        queues: Vec<String>,
+    },
+    /// Delete a queue's jobs in the given states (default: available, scheduled).
+    Purge {
+        queue: String,
+        /// A state to purge (repeat for several): available, scheduled, pending,
+        /// retryable, completed, cancelled, discarded.
+        #[arg(long = "state")]
+        states: Vec<String>,
+        /// Only jobs older than this (RFC 3339).
+        #[arg(long)]
+        older_than: Option<String>,
+        /// Really delete (without it, the command shows what it would delete).
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct DeadFilter {
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Job type.
+    #[arg(long = "type")]
+    pub job_type: Option<String>,
+    /// The last error's type.
+    #[arg(long)]
+    pub error_type: Option<String>,
+}
+
+impl DeadFilter {
+    fn to_json(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        for (k, v) in [
+            ("queue", &self.queue),
+            ("type", &self.job_type),
+            ("error_type", &self.error_type),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), json!(v));
+            }
+        }
+        m
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeadAction {
+    /// List dead letters, newest first.
+    List {
+        #[command(flatten)]
+        filter: DeadFilter,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+    },
+    /// Retry one dead letter (by id), or every one matching the filter with `--all`.
+    Retry {
+        id: Option<String>,
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        #[command(flatten)]
+        filter: DeadFilter,
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Delete one dead letter (by id), or every one matching the filter with `--all`.
+    Delete {
+        id: Option<String>,
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        #[command(flatten)]
+        filter: DeadFilter,
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkerAction {
+    /// Ask a worker (on its next heartbeat) to stop fetching.
+    Quiet { wid: String },
+    /// Ask a worker (on its next heartbeat) to finish up and exit.
+    Terminate { wid: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CronAction {
+    List,
+    /// Register (or replace) a cron job: its definition as JSON, `@file` or `-` for stdin.
+    Add {
+        definition: String,
+    },
+    Del {
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkflowAction {
+    /// A workflow with every step's state.
+    Get { id: String },
+}
+
+#[derive(Args, Debug)]
+pub struct Tail {
+    /// Event types (exact, or a prefix ending in `*` like `job.*`); repeat for several.
+    #[arg(long = "type")]
+    pub types: Vec<String>,
+    #[arg(long = "queue")]
+    pub queues: Vec<String>,
+    #[arg(long = "job-type")]
+    pub job_types: Vec<String>,
+    /// Replay from after this cursor, then follow.
+    #[arg(long, conflicts_with = "since")]
+    pub after: Option<u64>,
+    /// Replay from this time (RFC 3339), then follow.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Stop after this many events.
+    #[arg(long)]
+    pub count: Option<u64>,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+/// Why a subcommand stopped, with its exit code.
+enum Fail {
+    Usage(String),
+    Unreachable(String),
+    Server(String),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        match e {
+            Error::Server { code, message } => Fail::Server(format!("{code}: {message}")),
+            Error::Io(e) => Fail::Unreachable(format!("connection lost: {e}")),
+            Error::Protocol(m) => Fail::Server(format!("unexpected reply: {m}")),
+        }
+    }
+}
+
+type Res<T = ()> = Result<T, Fail>;
+
+/// Run one admin subcommand; returns the process exit code.
+pub fn run(cmd: Command) -> i32 {
+    let outcome = match cmd {
+        Command::Push(p) => push(&p),
+        Command::Job { id, conn } => job(&conn, &id),
+        Command::Queues { conn } => queues(&conn),
+        Command::Queue { action, conn } => queue(&conn, action),
+        Command::Dead { action, conn } => dead(&conn, action),
+        Command::Workers { action, conn } => workers(&conn, action),
+        Command::Cron { action, conn } => cron(&conn, action),
+        Command::Workflow { action, conn } => workflow(&conn, action),
+        Command::Tail(t) => tail(&t),
+        Command::Stats { conn } => stats(&conn),
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(Fail::Usage(m)) => {
+            eprintln!("ojsd: {m}");
+            2
+        }
+        Err(Fail::Server(m)) => {
+            eprintln!("ojsd: {m}");
+            1
+        }
+        Err(Fail::Unreachable(m)) => {
+            eprintln!("ojsd: {m}");
+            3
+        }
+    }
+}
+
+fn connect(conn: &Conn) -> Res<Client> {
+    let opts = ConnectOptions {
+        password: conn.password.clone(),
+        timeout: Some(Duration::from_secs(10)),
+        ..ConnectOptions::default()
+    };
+    Client::connect_with(&conn.addr, &opts).map_err(|e| match e {
+        Error::Io(io) => Fail::Unreachable(format!(
+            "cannot reach ojsd at {} ({io}); is it running? (--addr, OJSD_ADDR)",
+            conn.addr
+        )),
+        Error::Server { code, message } if code == "UNAUTHENTICATED" || code == "RATE_LIMITED" => {
+            Fail::Unreachable(format!(
+                "ojsd at {} refused the password: {message} (--password, OJSD_PASSWORD)",
+                conn.addr
+            ))
+        }
+        Error::Protocol(m) if m.contains("password") => Fail::Unreachable(format!(
+            "ojsd at {} requires a password: give --password or set OJSD_PASSWORD",
+            conn.addr
+        )),
+        e => Fail::Unreachable(format!("cannot talk to ojsd at {}: {e}", conn.addr)),
+    })
+}
+
+/// A JSON argument, `@file`, or `-` for stdin.
+fn json_arg(what: &str, text: &str) -> Res<Value> {
+    let raw = if text == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| Fail::Usage(format!("{what}: cannot read stdin: {e}")))?;
+        s
+    } else if let Some(path) = text.strip_prefix('@') {
+        std::fs::read_to_string(path)
+            .map_err(|e| Fail::Usage(format!("{what}: cannot read {path}: {e}")))?
+    } else {
+        text.to_string()
+    };
+    serde_json::from_str(&raw).map_err(|e| Fail::Usage(format!("{what} is not JSON: {e}")))
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn push(p: &Push) -> Res {
+    let mut job = match &p.envelope {
+        Some(e) => match json_arg("--envelope", e)? {
+            Value::Object(m) => m,
+            _ => return Err(Fail::Usage("--envelope must be a JSON object".into())),
+        },
+        None => Map::new(),
+    };
+    if let Some(t) = &p.job_type {
+        job.insert("type".into(), json!(t));
+    }
+    match &p.args {
+        Some(a) => {
+            let v = json_arg("args", a)?;
+            let v = if v.is_array() { v } else { json!([v]) };
+            job.insert("args".into(), v);
+        }
+        None => {
+            job.entry("args").or_insert(json!([]));
+        }
+    }
+    if let Some(q) = &p.queue {
+        job.insert("queue".into(), json!(q));
+    }
+    if let Some(n) = p.priority {
+        job.insert("priority".into(), json!(n));
+    }
+    if let Some(at) = &p.at {
+        job.insert("scheduled_at".into(), json!(at));
+    }
+    if let Some(m) = &p.meta {
+        job.insert("meta".into(), json_arg("--meta", m)?);
+    }
+    let mut c = connect(&p.conn)?;
+    let stored = c.push(&Value::Object(job))?;
+    if p.conn.json {
+        print_json(&stored);
+    } else {
+        println!(
+            "{} {} queue={} state={}",
+            s(&stored["id"]),
+            s(&stored["type"]),
+            s(&stored["queue"]),
+            s(&stored["state"])
+        );
+    }
+    Ok(())
+}
+
+fn job(conn: &Conn, id: &str) -> Res {
+    let mut c = connect(conn)?;
+    let j = c.job(id)?;
+    if conn.json {
+        print_json(&j);
+        return Ok(());
+    }
+    let mut t = Table::new(&["field", "value"]);
+    for k in [
+        "id",
+        "type",
+        "queue",
+        "state",
+        "priority",
+        "attempt",
+        "created_at",
+        "enqueued_at",
+        "scheduled_at",
+        "started_at",
+        "completed_at",
+        "next_retry_at",
+        "worker_id",
+    ] {
+        if let Some(v) = j.get(k).filter(|v| !v.is_null()) {
+            t.row(vec![k.into(), s(v)]);
+        }
+    }
+    t.row(vec!["args".into(), j["args"].to_string()]);
+    if let Some(e) = j.get("error").filter(|v| !v.is_null()) {
+        t.row(vec![
+            "error".into(),
+            format!("{}: {}", s(&e["type"]), s(&e["message"])),
+        ]);
+    }
+    if let Some(r) = j.get("result").filter(|v| !v.is_null()) {
+        t.row(vec!["result".into(), r.to_string()]);
+    }
+    t.print();
+    Ok(())
+}
+
+fn queues(conn: &Conn) -> Res {
+    let mut c = connect(conn)?;
+    let v = c.request("QUEUE LIST")?.unwrap_or(Value::Null);
+    if conn.json {
+        print_json(&v);
+        return Ok(());
+    }
+    let mut t = Table::new(&[
+        "queue",
+        "state",
+        "available",
+        "active",
+        "scheduled",
+        "retryable",
+        "dead",
+        "done/min",
+        "failed/min",
+    ]);
+    for q in v["queues"].as_array().into_iter().flatten() {
+        let n = |k: &str| s(&q["counts"][k]);
+        t.row(vec![
+            s(&q["name"]),
+            s(&q["state"]),
+            n("available"),
+            n("active"),
+            n("scheduled"),
+            n("retryable"),
+            n("discarded"),
+            s(&q["throughput"]["processed_per_minute"]),
+            s(&q["throughput"]["failed_per_minute"]),
+        ]);
+    }
+    t.print();
+    Ok(())
+}
+
+fn queue(conn: &Conn, action: QueueAction) -> Res {
+    let mut c = connect(conn)?;
+    match action {
+        QueueAction::Pause { queues } | QueueAction::Resume { queues } if queues.is_empty() => {
+            Err(Fail::Usage("name at least one queue".into()))
+        }
+        QueueAction::Pause { queues } => {
+            c.request(&format!("QUEUE PAUSE {}", queues.join(" ")))?;
+            done(conn, json!({"paused": queues}), || {
+                format!("paused {}", queues.join(", "))
+            })
+        }
+        QueueAction::Resume { queues } => {
+            c.request(&format!("QUEUE RESUME {}", queues.join(" ")))?;
+            done(conn, json!({"resumed": queues}), || {
+                format!("resumed {}", queues.join(", "))
+            })
+        }
+        QueueAction::Purge {
+            queue,
+            states,
+            older_than,
+            yes,
+        } => {
+            let states = if states.is_empty() {
+                vec!["available".to_string(), "scheduled".to_string()]
+            } else {
+                states
+            };
+            let stats = c
+                .request(&format!("QUEUE STATS {queue}"))?
+                .unwrap_or(Value::Null);
+            let total: u64 = states
+                .iter()
+                .filter_map(|st| stats["counts"][st.as_str()].as_u64())
+                .sum();
+            if !yes {
+                return Err(Fail::Usage(format!(
+                    "this would delete up to {total} jobs ({}) from queue {queue}; add --yes to do it",
+                    states.join(", ")
+                )));
+            }
+            // One state at a time, so a long purge shows where it is.
+            let mut purged = 0u64;
+            for st in &states {
+                let mut body = json!({"states": [st], "confirm": true});
+                if let Some(t) = &older_than {
+                    body["older_than"] = json!(t);
+                }
+                let r = c
+                    .request(&format!("QUEUE PURGE {queue} {body}"))?
+                    .unwrap_or(Value::Null);
+                let n = r["purged_count"].as_u64().unwrap_or(0);
+                purged += n;
+                progress(&format!("purged {st}: {n} ({purged} so far)"));
+            }
+            done(
+                conn,
+                json!({"queue": queue, "purged_count": purged, "states": states}),
+                || format!("purged {purged} jobs from {queue}"),
+            )
+        }
+    }
+}
+
+/// A progress line on stderr (stdout stays clean for `--json`).
+fn progress(line: &str) {
+    let mut err = std::io::stderr();
+    let _ = writeln!(err, "{line}");
+}
+
+/// Finish a command that changed something: its JSON, or one line for a person.
+fn done(conn: &Conn, v: Value, human: impl FnOnce() -> String) -> Res {
+    if conn.json {
+        println!("{v}");
+    } else {
+        println!("{}", human());
+    }
+    Ok(())
+}
+
+/// Dead letters fetched and acted on per round trip in a bulk retry or delete.
+const BULK_PAGE: usize = 200;
+
+fn dead(conn: &Conn, action: DeadAction) -> Res {
+    let mut c = connect(conn)?;
+    match action {
+        DeadAction::List {
+            filter,
+            limit,
+            offset,
+        } => {
+            let mut q = filter.to_json();
+            q.insert("limit".into(), json!(limit.clamp(1, 1000)));
+            q.insert("offset".into(), json!(offset));
+            let v = c
+                .request(&format!("DEAD LIST {}", Value::Object(q)))?
+                .unwrap_or(Value::Null);
+            if conn.json {
+                print_json(&v);
+                return Ok(());
+            }
+            let mut t = Table::new(&["id", "type", "queue", "attempt", "discarded_at", "error"]);
+            for j in v["jobs"].as_array().into_iter().flatten() {
+                let e = &j["error"];
+                t.row(vec![
+                    s(&j["id"]),
+                    s(&j["type"]),
+                    s(&j["queue"]),
+                    s(&j["attempt"]),
+                    s(&j["discarded_at"]),
+                    format!("{}: {}", s(&e["type"]), s(&e["message"])),
+                ]);
+            }
+            t.print();
+            println!("{} dead letters match", s(&v["total"]));
+            Ok(())
+        }
+        DeadAction::Retry {
+            id,
+            all,
+            filter,
+            yes,
+        } => dead_bulk(conn, &mut c, "RETRY", id, all, &filter, yes),
+        DeadAction::Delete {
+            id,
+            all,
+            filter,
+            yes,
+        } => dead_bulk(conn, &mut c, "DELETE", id, all, &filter, yes),
+    }
+}
+
+/// DEAD RETRY / DEAD DELETE of one id, or of every match page by page with progress.
+fn dead_bulk(
+    conn: &Conn,
+    c: &mut Client,
+    verb: &str,
+    id: Option<String>,
+    all: bool,
+    filter: &DeadFilter,
+    yes: bool,
+) -> Res {
+    let past = if verb == "RETRY" {
+        "retried"
+    } else {
+        "deleted"
+    };
+    if let Some(id) = id {
+        c.request(&format!("DEAD {verb} {id}"))?;
+        return done(conn, json!({"id": id, past: true}), || {
+            format!("{past} {id}")
+        });
+    }
+    if !all {
+        return Err(Fail::Usage(
+            "give a job id, or --all (with --queue/--type/--error-type) for every match".into(),
+        ));
+    }
+    let page = |c: &mut Client, limit: usize| -> Res<Value> {
+        let mut q = filter.to_json();
+        q.insert("limit".into(), json!(limit));
+        Ok(c.request(&format!("DEAD LIST {}", Value::Object(q)))?
+            .unwrap_or(Value::Null))
+    };
+    let total = page(c, 1)?["total"].as_u64().unwrap_or(0);
+    if !yes {
+        return Err(Fail::Usage(format!(
+            "this would {} {total} dead letters; add --yes to do it",
+            verb.to_lowercase()
+        )));
+    }
+    let (mut acted, mut failed) = (0u64, Vec::<String>::new());
+    let mut skipped = std::collections::HashSet::new();
+    loop {
+        let v = page(c, BULK_PAGE + skipped.len())?;
+        let ids: Vec<String> = v["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|j| j["id"].as_str().map(str::to_string))
+            .filter(|id| !skipped.contains(id))
+            .take(BULK_PAGE)
+            .collect();
+        if ids.is_empty() {
+            break;
+        }
+        // Pipelined: one round trip per page.
+        for id in &ids {
+            c.send_line(&format!("DEAD {verb} {id}"))?;
+        }
+        c.flush()?;
+        for id in ids {
+            match c.read_reply()?.into_result() {
+                Ok(_) => acted += 1,
+                Err(Error::Server { code, message }) => {
+                    // A job that cannot be retried stays dead; skip it from now on.
+                    failed.push(format!("{id}: {code} {message}"));
+                    skipped.insert(id);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        progress(&format!("{past} {acted}/{total}"));
+    }
+    for f in failed.iter().take(20) {
+        eprintln!("ojsd: not {past}: {f}");
+    }
+    done(
+        conn,
+        json!({"matched": total, past: acted, "failed": failed.len()}),
+        || format!("{past} {acted} of {total} dead letters"),
+    )?;
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Fail::Server(format!(
+            "{} dead letters were not {past}",
+            failed.len()
+        )))
+    }
+}
+
+fn workers(conn: &Conn, action: Option<WorkerAction>) -> Res {
+    let mut c = connect(conn)?;
+    match action {
+        Some(WorkerAction::Quiet { wid }) => {
+            c.quiet_worker(&wid)?;
+            done(conn, json!({"id": wid, "directive": "quiet"}), || {
+                format!("{wid} will go quiet on its next heartbeat")
+            })
+        }
+        Some(WorkerAction::Terminate { wid }) => {
+            c.terminate_worker(&wid)?;
+            done(conn, json!({"id": wid, "directive": "terminate"}), || {
+                format!("{wid} will terminate on its next heartbeat")
+            })
+        }
+        None => {
+            let v = c.request("WORKERS")?.unwrap_or(Value::Null);
+            if conn.json {
+                print_json(&v);
+                return Ok(());
+            }
+            let mut t = Table::new(&[
+                "worker",
+                "state",
+                "host",
+                "pid",
+                "queues",
+                "active",
+                "done",
+                "last beat",
+            ]);
+            for w in v["workers"].as_array().into_iter().flatten() {
+                let queues: Vec<String> = w["queues"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(s)
+                    .collect();
+                let state = if w["stale"].as_bool() == Some(true) {
+                    format!("{} (stale)", s(&w["state"]))
+                } else {
+                    s(&w["state"])
+                };
+                t.row(vec![
+                    s(&w["id"]),
+                    state,
+                    s(&w["hostname"]),
+                    s(&w["info"]["pid"]),
+                    queues.join(","),
+                    s(&w["active_jobs"]),
+                    s(&w["jobs_completed"]),
+                    s(&w["last_heartbeat_at"]),
+                ]);
+            }
+            t.print();
+            Ok(())
+        }
+    }
+}
+
+fn cron(conn: &Conn, action: CronAction) -> Res {
+    let mut c = connect(conn)?;
+    match action {
+        CronAction::List => {
+            let v = c
+                .request(r#"CRON LIST {"limit": 1000}"#)?
+                .unwrap_or(Value::Null);
+            if conn.json {
+                print_json(&v);
+                return Ok(());
+            }
+            let mut t = Table::new(&[
+                "name", "cron", "timezone", "type", "enabled", "next run", "last run", "runs",
+            ]);
+            for e in v["cron_jobs"].as_array().into_iter().flatten() {
+                t.row(vec![
+                    s(&e["name"]),
+                    s(&e["cron"]),
+                    s(&e["timezone"]),
+                    s(&e["type"]),
+                    s(&e["enabled"]),
+                    s(&e["next_run_at"]),
+                    s(&e["last_run_at"]),
+                    s(&e["run_count"]),
+                ]);
+            }
+            t.print();
+            Ok(())
+        }
+        CronAction::Add { definition } => {
+            let def = json_arg("the definition", &definition)?;
+            let v = c
+                .request(&format!("CRON ADD {def}"))?
+                .unwrap_or(Value::Null);
+            done(conn, v.clone(), || {
+                let what = if v["created"].as_bool() == Some(true) {
+                    "registered"
+                } else {
+                    "updated"
+                };
+                format!(
+                    "{what} {}; next run {}",
+                    s(&v["cron_job"]["name"]),
+                    s(&v["cron_job"]["next_run_at"])
+                )
+            })
+        }
+        CronAction::Del { name } => {
+            c.request(&format!("CRON DEL {name}"))?;
+            done(conn, json!({"name": name, "deleted": true}), || {
+                format!("deleted {name}")
+            })
+        }
+    }
+}
+
+fn workflow(conn: &Conn, action: WorkflowAction) -> Res {
+    let mut c = connect(conn)?;
+    let WorkflowAction::Get { id } = action;
+    let v = c
+        .request(&format!("WORKFLOW GET {id}"))?
+        .unwrap_or(Value::Null);
+    if conn.json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!("{} {} {}", s(&v["id"]), s(&v["type"]), s(&v["state"]));
+    fn walk(v: &Value, depth: usize) {
+        let steps = v["steps"].as_array().or_else(|| v["jobs"].as_array());
+        for st in steps.into_iter().flatten() {
+            let label = st["name"]
+                .as_str()
+                .or_else(|| st["type"].as_str())
+                .unwrap_or("?");
+            println!(
+                "{}- {label} [{}]{}",
+                "  ".repeat(depth + 1),
+                s(&st["state"]),
+                st["job_id"]
+                    .as_str()
+                    .map(|j| format!(" job {j}"))
+                    .unwrap_or_default()
+            );
+            walk(st, depth + 1);
+        }
+    }
+    walk(&v, 0);
+    Ok(())
+}
+
+fn tail(t: &Tail) -> Res {
+    let mut c = connect(&t.conn)?;
+    let mut filter = Map::new();
+    for (k, v) in [
+        ("event_types", &t.types),
+        ("queues", &t.queues),
+        ("job_types", &t.job_types),
+    ] {
+        if !v.is_empty() {
+            filter.insert(k.into(), json!(v));
+        }
+    }
+    if let Some(a) = t.after {
+        filter.insert("after".into(), json!(a));
+    }
+    if let Some(since) = &t.since {
+        filter.insert("since".into(), json!(since));
+    }
+    c.request(&format!("SUBSCRIBE {}", Value::Object(filter)))?;
+    let tty = std::io::stdout().is_terminal();
+    let mut seen = 0u64;
+    while t.count.is_none_or(|n| seen < n) {
+        let reply = match c.read_reply() {
+            Ok(r) => r.into_result()?,
+            // Events can be rare: a quiet stream is not an error.
+            Err(Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let ojs_client::Reply::Bulk(bytes) = reply else {
+            continue;
+        };
+        seen += 1;
+        let text = String::from_utf8_lossy(&bytes);
+        if t.conn.json {
+            println!("{text}");
+        } else {
+            let e: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            let d = &e["data"];
+            let mut extra = String::new();
+            for k in ["queue", "job_type", "worker_id", "attempt"] {
+                if let Some(v) = d.get(k).filter(|v| !v.is_null()) {
+                    extra.push_str(&format!(" {k}={}", s(v)));
+                }
+            }
+            if let Some(m) = d["error"]["message"].as_str() {
+                extra.push_str(&format!(" error={m:?}"));
+            }
+            println!(
+                "{} #{} {:<16} {}{extra}",
+                s(&e["time"]),
+                s(&e["cursor"]),
+                s(&e["type"]),
+                s(&e["subject"])
+            );
+        }
+        if !tty {
+            let _ = std::io::stdout().flush();
+        }
+    }
+    Ok(())
+}
+
+fn stats(conn: &Conn) -> Res {
+    let mut c = connect(conn)?;
+    let v = c.info()?;
+    if conn.json {
+        print_json(&v);
+        return Ok(());
+    }
+    let sv = &v["server"];
+    let tot = &v["totals"];
+    println!(
+        "ojsd {} on {} store, up {}s, {} connections, {} on disk",
+        s(&sv["version"]),
+        s(&sv["store"]),
+        s(&sv["uptime_s"]),
+        s(&sv["connections"]),
+        human_bytes(sv["store_bytes"].as_u64().unwrap_or(0))
+    );
+    println!(
+        "jobs {}  enqueued {}  completed {}  failed {}  dead {}  waiting fetches {}",
+        s(&tot["jobs"]),
+        s(&tot["enqueued"]),
+        s(&tot["completed"]),
+        s(&tot["failed"]),
+        s(&tot["dead"]),
+        s(&tot["waiting_fetches"])
+    );
+    let states = [
+        "scheduled",
+        "available",
+        "pending",
+        "active",
+        "retryable",
+        "completed",
+        "cancelled",
+        "discarded",
+    ];
+    let mut head = vec!["queue", "paused"];
+    head.extend(states);
+    let mut t = Table::new(&head);
+    if let Some(qs) = v["queues"].as_object() {
+        for (name, q) in qs {
+            let mut row = vec![name.clone(), s(&q["paused"])];
+            row.extend(states.iter().map(|st| s(&q[*st])));
+            t.row(row);
+        }
+    }
+    t.print();
+    println!("{} workers", v["workers"].as_array().map_or(0, |w| w.len()));
+    Ok(())
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
