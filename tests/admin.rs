@@ -492,3 +492,76 @@ fn dead_letters_are_pruned_by_age_and_count() {
         "PT1M"
     );
 }
+
+#[test]
+fn jobs_list_by_queue_and_state_newest_first_and_the_overview() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    let ids: Vec<String> = (0..5)
+        .map(|_| push_id(&mut c, &test_job("browse", json!({}))))
+        .collect();
+    push_id(&mut c, &test_job("elsewhere", json!({})));
+    let mut w = srv.worker("w-browse");
+    let taken = fetch_one(&mut w, "browse");
+    w.ack(&id_of(&taken), None).unwrap();
+
+    // Four still available, newest first, paged.
+    let page = call_json(
+        &mut c,
+        r#"JOBS {"queue": "browse", "state": "available", "limit": 3}"#,
+    );
+    assert_eq!(page["total"], 4);
+    let got: Vec<String> = page["jobs"].as_array().unwrap().iter().map(id_of).collect();
+    let mut want: Vec<String> = ids
+        .iter()
+        .filter(|i| **i != id_of(&taken))
+        .cloned()
+        .collect();
+    want.reverse();
+    assert_eq!(got, want[..3]);
+    let rest = call_json(
+        &mut c,
+        r#"JOBS {"queue": "browse", "state": "available", "offset": 3}"#,
+    );
+    assert_eq!(rest["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(id_of(&rest["jobs"][0]), want[3]);
+    assert_eq!(
+        call_json(&mut c, r#"JOBS {"state": "completed"}"#)["total"],
+        1
+    );
+    assert_eq!(call_json(&mut c, "JOBS")["total"], 6);
+    assert_eq!(call_json(&mut c, r#"JOBS {"queue": "nope"}"#)["total"], 0);
+    assert_eq!(
+        err_code(&mut c, r#"JOBS {"state": "lost"}"#),
+        "MALFORMED_COMMAND"
+    );
+
+    let (status, v) = http(
+        &srv.http_addr,
+        "GET",
+        "/ojs/v1/admin/jobs?queue=browse&state=available&per_page=2&page=2",
+        "",
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["pagination"]["total"], 4);
+    let got: Vec<String> = v["items"].as_array().unwrap().iter().map(id_of).collect();
+    assert_eq!(got, want[2..4]);
+    let (status, _) = http(&srv.http_addr, "GET", "/ojs/v1/admin/jobs?state=lost", "");
+    assert_eq!(status, 400);
+
+    // The overview counted 6 enqueued, 1 completed and one pickup, in its last bucket.
+    let o = call_json(&mut c, "OVERVIEW");
+    let points = o["points"].as_array().unwrap();
+    assert_eq!(points.len(), 60);
+    let sum = |k: &str| points.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(
+        (sum("enqueued"), sum("completed"), sum("failed")),
+        (6, 1, 0)
+    );
+    assert_eq!(points.last().unwrap()["available"], 5);
+    assert_eq!(o["pickup"]["samples"], 1);
+    assert!(o["pickup"]["p99_ms"].is_u64());
+    let (status, v) = http(&srv.http_addr, "GET", "/ojs/v1/admin/overview", "");
+    assert_eq!(status, 200);
+    assert_eq!(v["bucket_ms"], 5000);
+}

@@ -38,6 +38,8 @@ pub enum Answer {
     QueueStats(Box<QueueStats>),
     Purged(Purged),
     Workers(WorkerList),
+    JobPage(JobPage),
+    Overview(Box<Overview>),
     DeadPage(DeadPage),
     DeadStats(Box<DeadStats>),
     DeadRetried(DeadRetried),
@@ -264,6 +266,44 @@ pub struct WorkerSummary {
     pub stale: usize,
 }
 
+/// JOBS: one page of jobs, newest first; `total` counts every match.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobPage {
+    pub total: usize,
+    pub jobs: Vec<JobView>,
+}
+
+/// OVERVIEW: the last five minutes in buckets, and recent pickup latency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Overview {
+    pub now_ms: i64,
+    pub bucket_ms: i64,
+    /// Oldest first; the last is the bucket in progress.
+    pub points: Vec<OverviewPoint>,
+    pub pickup: Pickup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OverviewPoint {
+    /// Start of the bucket, unix ms.
+    pub at_ms: i64,
+    pub enqueued: u32,
+    pub completed: u32,
+    /// Failed attempts.
+    pub failed: u32,
+    /// Jobs available and active across all queues, as last sampled in the bucket.
+    pub available: u64,
+    pub active: u64,
+}
+
+/// From `enqueued_at` to FETCH, over the pickups of the last minute (up to 4,096).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Pickup {
+    pub samples: usize,
+    pub p50_ms: Option<u32>,
+    pub p99_ms: Option<u32>,
+}
+
 /// DEAD LIST: one page, newest first; `total` counts every match.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadPage {
@@ -380,6 +420,8 @@ impl Answer {
             Answer::QueueStats(v) => ser(v),
             Answer::Purged(v) => ser(v),
             Answer::Workers(v) => ser(v),
+            Answer::JobPage(v) => ser(v),
+            Answer::Overview(v) => ser(v),
             Answer::DeadPage(v) => ser(v),
             Answer::DeadStats(v) => ser(v),
             Answer::DeadRetried(v) => ser(v),

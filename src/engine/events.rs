@@ -188,6 +188,8 @@ impl Engine {
             let now = self.now_ms();
             self.index.queue_mut(q).throughput.record(now, ok);
         }
+        let now = self.now_ms();
+        self.overview.record(now, &what);
         self.metrics.observe(s("job_type"), s("queue"), what);
     }
 

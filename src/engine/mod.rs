@@ -316,6 +316,8 @@ pub struct Engine {
     cache: txn::JobCache,
     cron: cron::CronState,
     workflows: workflow::Workflows,
+    /// The last minutes at a glance, for OVERVIEW.
+    overview: admin::Overview,
 }
 
 /// Open the engine over a store: rebuild the index, then run it on its own thread.
@@ -353,6 +355,7 @@ pub fn start(
         cache: Default::default(),
         cron: Default::default(),
         workflows: Default::default(),
+        overview: Default::default(),
     };
     engine.rebuild()?;
     engine.rebuild_cron()?;
@@ -432,6 +435,7 @@ impl Engine {
             }
             self.unclaim_undelivered(&mut txn);
             self.run_timers(&mut txn);
+            self.sample_overview();
             self.prune_dead(&mut txn);
             self.run_cron(&mut txn);
             self.sweep_workers(&mut txn);
@@ -560,6 +564,8 @@ impl Engine {
             Command::Info => Ok(answer_of(self.info())),
             Command::Queue(q) => self.queue_cmd(txn, q, wid.as_ref()),
             Command::Workers => Ok(answer_of(self.worker_list())),
+            Command::Jobs(q) => self.jobs_page(txn, &q).map(answer_of),
+            Command::Overview => Ok(answer_of(self.overview())),
             Command::Cron(c) => self.cron_cmd(txn, c),
             Command::Workflow(w) => self.workflow_cmd(txn, w),
             Command::Dead(d) => self.dead_cmd(txn, d),

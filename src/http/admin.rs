@@ -18,6 +18,9 @@
 //! | `DELETE /ojs/v1/admin/dead-letter/{id}` | `DEAD DELETE id` |
 //! | `DELETE /ojs/v1/admin/dead-letter` | `DEAD DELETE {filter}` |
 //!
+//! | `GET /ojs/v1/admin/jobs?queue=&state=&page=&per_page=` | `JOBS` (newest first) |
+//! | `GET /ojs/v1/admin/overview` | `OVERVIEW` |
+//!
 //! The dead-letter routes are also served under `/ojs/v1/dead-letter` (ojs-dead-letter §10).
 
 use super::error::ApiError;
@@ -51,7 +54,9 @@ pub fn routes() -> Router<AppState> {
         .route("/ojs/v1/admin/workers", get(workers))
         .route("/ojs/v1/admin/workers/{id}", get(worker))
         .route("/ojs/v1/admin/workers/{id}/quiet", post(quiet))
-        .route("/ojs/v1/admin/workers/{id}/terminate", post(terminate));
+        .route("/ojs/v1/admin/workers/{id}/terminate", post(terminate))
+        .route("/ojs/v1/admin/jobs", get(jobs))
+        .route("/ojs/v1/admin/overview", get(overview));
     for base in ["/ojs/v1/admin/dead-letter", "/ojs/v1/dead-letter"] {
         r = r
             .route(base, get(dead_list).delete(dead_delete_all))
@@ -321,4 +326,43 @@ async fn dead_delete_all(State(st): State<AppState>, body: Bytes) -> Res {
     let obj = flatten_filter(body_object(&body)?)?;
     let filter = parse::dead_bulk("delete", &obj)?;
     shown(&st, Command::Dead(DeadCmd::DeleteAll(filter))).await
+}
+
+/// `GET /ojs/v1/admin/jobs?queue=&state=&page=&per_page=`: `{"items", "pagination"}`.
+async fn jobs(
+    State(st): State<AppState>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Res {
+    let pairs = query_pairs(q)?;
+    let (mut page, mut per_page) = (1usize, 50usize);
+    let mut obj = Map::new();
+    for (k, v) in pairs {
+        let num = || query_num::<usize>(&k, &v);
+        match k.as_str() {
+            "page" => page = num()?.max(1),
+            "per_page" => per_page = num()?.clamp(1, parse::DEAD_LIST_MAX),
+            "queue" | "state" if !v.is_empty() => {
+                obj.insert(k.clone(), json!(v));
+            }
+            _ => {}
+        }
+    }
+    obj.insert("limit".into(), json!(per_page));
+    obj.insert("offset".into(), json!((page - 1).saturating_mul(per_page)));
+    let query = parse::jobs_query(&obj)?;
+    match call(&st, Command::Jobs(query)).await? {
+        Answer::JobPage(p) => Ok(ok_json(&json!({
+            "items": p.jobs,
+            "pagination": {"total": p.total, "page": page, "per_page": per_page},
+        }))),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// `GET /ojs/v1/admin/overview`: the last five minutes and recent pickup latency.
+async fn overview(State(st): State<AppState>) -> Res {
+    match call(&st, Command::Overview).await? {
+        Answer::Overview(v) => Ok(ok_json(&v)),
+        other => Err(ApiError::unexpected(&other)),
+    }
 }

@@ -360,3 +360,58 @@ mod tests {
         }
     }
 }
+
+/// `JOBS {"queue"?, "state"?, "limit"?, "offset"?}`: jobs of one queue and/or state, newest
+/// first, one page (for the dashboard's job browser and the admin API).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobsQuery {
+    pub queue: Option<String>,
+    pub state: Option<State>,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+pub fn parse_jobs(payload: &str) -> OjsResult<JobsQuery> {
+    let obj = if payload.trim().is_empty() {
+        Map::new()
+    } else {
+        object("JOBS", payload)?
+    };
+    jobs_query(&obj)
+}
+
+pub fn jobs_query(obj: &Map<String, Value>) -> OjsResult<JobsQuery> {
+    let verb = "JOBS";
+    only_keys(verb, obj, &["queue", "state", "limit", "offset"])?;
+    let text = |k: &str| -> OjsResult<Option<String>> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(malformed(format!("{verb}: {k} must be a string"))),
+        }
+    };
+    let state = match text("state")? {
+        None => None,
+        Some(s) => Some(
+            State::ALL
+                .into_iter()
+                .find(|x| x.as_str() == s)
+                .ok_or_else(|| malformed(format!("{verb}: unknown state {s:?}")))?,
+        ),
+    };
+    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
+                .ok_or_else(|| malformed(format!("{verb}: {k} must be a non-negative integer"))),
+        }
+    };
+    Ok(JobsQuery {
+        queue: text("queue")?,
+        state,
+        limit: num("limit", DEAD_LIST_DEFAULT, DEAD_LIST_MAX)?,
+        offset: num("offset", 0, usize::MAX)?,
+    })
+}

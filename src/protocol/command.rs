@@ -57,6 +57,10 @@ pub enum Command {
     },
     /// `WORKERS` / `WORKER LIST`: the known workers, their heartbeats and jobs.
     Workers,
+    /// `JOBS {filter}`: one page of jobs by queue and state, newest first.
+    Jobs(super::admin::JobsQuery),
+    /// `OVERVIEW`: the last minutes of throughput, queue depth and pickup latency.
+    Overview,
     /// A worker's progress report on a job it holds.
     Progress {
         id: String,
@@ -296,6 +300,9 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
         "QUEUE" => super::admin::parse_queue(payload).map(Command::Queue),
         "DEAD" => super::admin::parse_dead(payload).map(Command::Dead),
         "WORKERS" if payload.is_empty() => Ok(Command::Workers),
+        "JOBS" => super::admin::parse_jobs(payload).map(Command::Jobs),
+        "OVERVIEW" if payload.is_empty() => Ok(Command::Overview),
+        "OVERVIEW" => Err(malformed("OVERVIEW takes no arguments")),
         "WORKERS" => Err(malformed("WORKERS takes no arguments")),
         "WORKER" if payload.eq_ignore_ascii_case("LIST") => Ok(Command::Workers),
         "WORKER" => {

@@ -2,7 +2,10 @@
 //! queues.rs) and worker directives. The dead-letter set is in dead.rs.
 
 mod dead;
+mod overview;
 mod queues;
+
+pub(in crate::engine) use overview::Overview;
 
 use crate::engine::api::{self, Answer};
 use crate::engine::events::job_data;

@@ -158,6 +158,8 @@ impl Engine {
         }
         txn.insert_job(id, job, parts);
         self.stats.enqueued += 1;
+        let now = self.now_ms();
+        self.overview.pushed(now);
     }
 
     /// Claim up to `count` jobs, queues in the given order, best job first within a queue.
