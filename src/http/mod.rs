@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod cron;
+pub mod dashboard;
 pub mod error;
 pub mod poll;
 pub mod query;
@@ -107,12 +108,15 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
             get(workflows::get_one).delete(workflows::cancel),
         )
         .merge(admin::routes())
+        .route("/", get(dashboard::index))
+        .route("/dashboard/{file}", get(dashboard::asset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| auth(password.clone(), req, next),
         ))
+        .layer(axum::middleware::from_fn(dashboard::csrf_guard))
         .layer(axum::middleware::from_fn(headers))
 }
 
@@ -236,7 +240,8 @@ async fn auth(password: Option<Arc<str>>, req: Request, next: Next) -> Response 
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if req.uri().path() != "/ojs/v1/health" && !crate::server::same(given, &pw) {
+        let open = req.uri().path() == "/ojs/v1/health" || dashboard::is_page(req.uri().path());
+        if !open && !crate::server::same(given, &pw) {
             use axum::response::IntoResponse;
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
