@@ -357,3 +357,64 @@ fn a_job_of_a_cancelled_workflow_is_not_retried_when_it_fails() {
     assert_eq!(state_of(&mut c, &id_of(&active)), "discarded");
     assert_eq!(get(&mut c, &id)["state"], "cancelled");
 }
+
+#[test]
+fn workflows_are_listed_newest_first_over_tcp_and_http() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let def = json!({"type": "chain", "name": format!("wf-{n}"), "steps": [j("a.b")]});
+        ids.push(wf_id(&create(&mut c, &def)));
+        advance(&mut c, 1.0);
+    }
+    let cancelled = call_json(&mut c, &format!("WORKFLOW CANCEL {}", ids[1]));
+    assert_eq!(cancelled["state"], "cancelled");
+
+    let page = call_json(&mut c, "WORKFLOW LIST");
+    assert_eq!(page["total"], 3);
+    let listed: Vec<&str> = page["workflows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [&ids[2], &ids[1], &ids[0]]);
+    assert_eq!(
+        pick(&page["workflows"][0], &["type", "name", "job_count"]),
+        json!(["chain", "wf-2", 1])
+    );
+
+    let page = call_json(&mut c, r#"WORKFLOW LIST {"state":"cancelled"}"#);
+    assert_eq!(page["total"], 1);
+    assert_eq!(page["workflows"][0]["id"], ids[1].as_str());
+    let page = call_json(&mut c, r#"WORKFLOW LIST {"limit":1,"offset":1}"#);
+    assert_eq!(
+        (page["total"].clone(), page["workflows"][0]["id"].clone()),
+        (json!(3), json!(ids[1]))
+    );
+    assert_eq!(
+        error_of(&mut c, r#"WORKFLOW LIST {"state":"nope"}"#).0,
+        "MALFORMED_COMMAND"
+    );
+    assert_eq!(
+        error_of(&mut c, r#"WORKFLOW LIST {"bogus":1}"#).0,
+        "MALFORMED_COMMAND"
+    );
+
+    let addr = srv.http_addr.clone();
+    let (status, _, body) = http(
+        &addr,
+        "GET",
+        "/ojs/v1/workflows?state=pending&limit=5",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["total"], 2);
+    assert_eq!(body["workflows"][0]["id"], ids[2].as_str());
+    let (status, _, body) = http(&addr, "GET", "/ojs/v1/workflows?limit=x", None);
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!("INVALID_REQUEST"))
+    );
+}

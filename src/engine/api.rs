@@ -47,6 +47,7 @@ pub enum Answer {
     CronPage(CronPage),
     CronJob(CronJob),
     Workflow(WorkflowView),
+    WorkflowPage(WorkflowPage),
 }
 
 /// A job as the engine holds it: its canonical OJS envelope (ojs-core §5), encoded.
@@ -384,6 +385,29 @@ pub struct WorkflowView {
     pub doc: Value,
 }
 
+/// WORKFLOW LIST: one page of workflows, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkflowPage {
+    pub total: usize,
+    pub workflows: Vec<WorkflowSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkflowSummary {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub state: &'static str,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    pub job_count: u32,
+    pub completed_count: u32,
+    pub failed_count: u32,
+}
+
 impl Serialize for WorkflowView {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.doc.serialize(s)
@@ -429,6 +453,7 @@ impl Answer {
             Answer::CronPage(v) => ser(v),
             Answer::CronJob(v) => ser(v),
             Answer::Workflow(v) => ser(v),
+            Answer::WorkflowPage(v) => ser(v),
         }
     }
 }

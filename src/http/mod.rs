@@ -102,7 +102,10 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
             "/ojs/v1/cron/{name}",
             get(cron::get_one).patch(cron::patch).delete(cron::delete),
         )
-        .route("/ojs/v1/workflows", axum::routing::post(workflows::create))
+        .route(
+            "/ojs/v1/workflows",
+            get(workflows::list).post(workflows::create),
+        )
         .route(
             "/ojs/v1/workflows/{id}",
             get(workflows::get_one).delete(workflows::cancel),

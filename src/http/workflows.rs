@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `POST /ojs/v1/workflows` | create and start: `201` `{"workflow"}` with `Location`; an invalid definition is `400` with `details.validation_errors` |
 //! | `GET /ojs/v1/workflows/{id}` | `200` `{"workflow"}`, `404` if unknown |
+//! | `GET /ojs/v1/workflows?state=&limit=&offset=` | a page of workflows, newest first: `{"workflows":[summary...],"total"}` (not in the binding; the dashboard's list) |
 //! | `DELETE /ojs/v1/workflows/{id}` | cancel: `200` `{"workflow"}`, `409` if already terminal, `404` if unknown |
 //!
 //! Each is one engine command (`WORKFLOW ...`), so the TCP and HTTP views never differ.
@@ -16,10 +17,11 @@ use crate::error::Problem;
 use crate::protocol::workflow::WorkflowCmd;
 use crate::protocol::Command;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 /// `{"workflow": <the engine's workflow view>}`.
 fn wrapped(status: StatusCode, wf: &WorkflowView) -> Response {
@@ -78,6 +80,40 @@ pub async fn get_one(
         StatusCode::OK,
         &call(&st, WorkflowCmd::Get(id)).await?,
     ))
+}
+
+/// `GET /ojs/v1/workflows`: the query becomes the `WORKFLOW LIST` filter, so both front
+/// ends check it the same way.
+pub async fn list(
+    State(st): State<AppState>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let pairs = q
+        .map(|Query(p)| p)
+        .map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let mut filter = Map::new();
+    for (k, v) in pairs {
+        let value = match k.as_str() {
+            "limit" | "offset" => match v.trim().parse::<u64>() {
+                Ok(n) => Value::from(n),
+                Err(_) => {
+                    return Err(ApiError::bad_request(format!(
+                        "{k} must be a non-negative integer"
+                    )))
+                }
+            },
+            _ => Value::String(v),
+        };
+        filter.insert(k, value);
+    }
+    let cmd = crate::protocol::workflow::list_query(&filter)?;
+    match st.engine.call(None, Command::Workflow(cmd)).await? {
+        Answer::WorkflowPage(page) => Ok(json_response(
+            StatusCode::OK,
+            serde_json::to_vec(&page).unwrap_or_default(),
+        )),
+        other => Err(ApiError::unexpected(&other)),
+    }
 }
 
 pub async fn cancel(

@@ -8,10 +8,21 @@ use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkflowCmd {
-    Create { definition: Value },
+    Create {
+        definition: Value,
+    },
     Get(String),
     Cancel(String),
+    /// Newest first; `state` (pending, running, completed, failed, cancelled) filters.
+    List {
+        state: Option<String>,
+        limit: usize,
+        offset: usize,
+    },
 }
+
+/// Most workflows one `WORKFLOW LIST` returns.
+pub const LIST_MAX: usize = 1000;
 
 fn malformed(msg: impl Into<String>) -> OjsError {
     OjsError::new(ErrorCode::MalformedCommand, msg)
@@ -23,6 +34,62 @@ fn id(verb: &str, rest: &str) -> OjsResult<String> {
         (Some(w), None) => Ok(w.to_string()),
         _ => Err(malformed(format!("{verb} needs exactly one workflow id"))),
     }
+}
+
+/// `WORKFLOW LIST [{"state"?, "limit"?, "offset"?}]`.
+fn list(rest: &str) -> OjsResult<WorkflowCmd> {
+    let obj = if rest.is_empty() {
+        serde_json::Map::new()
+    } else {
+        match crate::json::parse(rest.as_bytes()) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => return Err(malformed("WORKFLOW LIST takes a JSON object")),
+            Err(e) => return Err(malformed(format!("WORKFLOW LIST: {e}"))),
+        }
+    };
+    list_query(&obj)
+}
+
+/// The filter of `WORKFLOW LIST` (also built by the HTTP route from its query).
+pub fn list_query(obj: &serde_json::Map<String, Value>) -> OjsResult<WorkflowCmd> {
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !["state", "limit", "offset"].contains(&k.as_str()))
+    {
+        let shown: String = k.chars().take(64).collect();
+        return Err(malformed(format!(
+            "WORKFLOW LIST: unknown field {shown:?} (expected state, limit, offset)"
+        )));
+    }
+    let state = match obj.get("state") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s))
+            if ["pending", "running", "completed", "failed", "cancelled"].contains(&s.as_str()) =>
+        {
+            Some(s.clone())
+        }
+        Some(_) => {
+            return Err(malformed(
+                "WORKFLOW LIST: state must be pending, running, completed, failed or cancelled",
+            ))
+        }
+    };
+    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
+                .ok_or_else(|| {
+                    malformed(format!("WORKFLOW LIST: {k} must be a non-negative integer"))
+                }),
+        }
+    };
+    Ok(WorkflowCmd::List {
+        state,
+        limit: num("limit", 50, LIST_MAX)?,
+        offset: num("offset", 0, usize::MAX)?,
+    })
 }
 
 /// The payload after the `WORKFLOW` verb.
@@ -42,7 +109,8 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
         }
         "GET" => WorkflowCmd::Get(id("WORKFLOW GET", rest)?),
         "CANCEL" => WorkflowCmd::Cancel(id("WORKFLOW CANCEL", rest)?),
-        _ => return Err(malformed("WORKFLOW needs CREATE, GET or CANCEL")),
+        "LIST" => list(rest)?,
+        _ => return Err(malformed("WORKFLOW needs CREATE, GET, CANCEL or LIST")),
     };
     Ok(Command::Workflow(cmd))
 }

@@ -129,12 +129,59 @@ impl Engine {
                 self.workflow_json(txn, wf)
             }
             WorkflowCmd::Cancel(id) => self.workflow_cancel(txn, &id)?,
+            WorkflowCmd::List {
+                state,
+                limit,
+                offset,
+            } => {
+                return Ok(Out::Answer(Ok(self.workflow_list(
+                    state.as_deref(),
+                    limit,
+                    offset,
+                ))))
+            }
         };
         let id = v["id"].as_str().unwrap_or_default().to_string();
         Ok(Out::Answer(Ok(Answer::Workflow(WorkflowView {
             id,
             doc: v,
         }))))
+    }
+
+    /// WORKFLOW LIST: newest first (by creation time, then id).
+    fn workflow_list(&self, state: Option<&str>, limit: usize, offset: usize) -> Answer {
+        let mut all: Vec<&Workflow> = self
+            .workflows
+            .map
+            .values()
+            .filter(|w| state.is_none_or(|s| w.header.state.as_str() == s))
+            .collect();
+        all.sort_by(|a, b| {
+            (b.header.created_at, &b.header.id).cmp(&(a.header.created_at, &a.header.id))
+        });
+        let workflows = all
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|w| {
+                let h = &w.header;
+                crate::engine::api::WorkflowSummary {
+                    id: h.id.clone(),
+                    kind: h.kind.as_str(),
+                    name: h.name.clone(),
+                    state: h.state.as_str(),
+                    created_at: crate::job::format_ts(h.created_at),
+                    completed_at: h.completed_at.map(crate::job::format_ts),
+                    job_count: h.job_count,
+                    completed_count: h.completed_count,
+                    failed_count: h.failed_count,
+                }
+            })
+            .collect();
+        Answer::WorkflowPage(crate::engine::api::WorkflowPage {
+            total: all.len(),
+            workflows,
+        })
     }
 
     fn workflow_create(&mut self, txn: &mut Txn, definition: Value) -> OjsResult<Value> {
