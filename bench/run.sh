@@ -133,6 +133,7 @@ scenario_steady() {
     row steady "one: pickup p50 ms (unthrottled)" "$(summary steady-one "d['latency_ms']['p50']")" "" ""
     row steady "one: pickup p99 ms (unthrottled)" "$(summary steady-one "d['latency_ms']['p99']")" "" ""
     row steady "one: server CPU % (of one core)" "$(summary steady-one "d.get('server_cpu_pct')")" "" ""
+    row steady "one: engine thread µs per job" "$(summary steady-one "d.get('engine_us_per_job')")" "" ""
     row steady "one: exactly once" "$(summary steady-one "d['exactly_once']['ok']")" "" ""
 
     echo "== steady: batch mode, $STEADY_BATCH_JOBS jobs, batch $BATCH, $REPEAT run(s)" >&2
@@ -141,6 +142,7 @@ scenario_steady() {
     row steady "batch($BATCH): jobs/s end to end" "$(summary steady-batch "round(d['jobs_per_s'])")" ">= 100000" "$(verdict "$v" '>=' 100000)"
     row steady "batch($BATCH): push/s" "$(summary steady-batch "round(d['push_per_s'])")" "" ""
     row steady "batch($BATCH): server CPU %" "$(summary steady-batch "d.get('server_cpu_pct')")" "" ""
+    row steady "batch($BATCH): engine thread µs per job" "$(summary steady-batch "d.get('engine_us_per_job')")" "" ""
     row steady "batch($BATCH): exactly once" "$(summary steady-batch "d['exactly_once']['ok']")" "" ""
 }
 

@@ -23,7 +23,7 @@ mod report;
 
 use clap::{Parser, ValueEnum};
 use load::{LoadConfig, Mode, Shared};
-use report::{cpu_seconds, fmt_rate, round3, status_kib, table, Latency};
+use report::{cpu_seconds, engine_cpu_seconds, fmt_rate, round3, status_kib, table, Latency};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -228,9 +228,11 @@ fn load_run(args: &Args) -> i32 {
     };
     let shared = Arc::new(Shared::new(cfg.jobs, cfg.timeout));
     let srv_cpu0 = args.server_pid.as_deref().and_then(cpu_seconds);
+    let eng_cpu0 = args.server_pid.as_deref().and_then(engine_cpu_seconds);
     let lat = load::run(&cfg, &shared);
     let wall = shared.start.elapsed().as_secs_f64();
     let srv_cpu1 = args.server_pid.as_deref().and_then(cpu_seconds);
+    let eng_cpu1 = args.server_pid.as_deref().and_then(engine_cpu_seconds);
     // An unfinished run (timeout, failure) is rated by what it did over the whole run.
     let secs = |ns: u64| if ns == 0 { wall } else { ns as f64 / 1e9 };
     let push_s = secs(shared.push_done_ns.load(Ordering::Relaxed));
@@ -279,6 +281,11 @@ fn load_run(args: &Args) -> i32 {
     if let (Some(a), Some(b)) = (srv_cpu0, srv_cpu1) {
         out["server_cpu_s"] = json!(round3(b - a));
         out["server_cpu_pct"] = json!(round3((b - a) / wall * 100.0));
+    }
+    if let (Some(a), Some(b)) = (eng_cpu0, eng_cpu1) {
+        out["engine_cpu_s"] = json!(round3(b - a));
+        // Per job end to end (PUSH, FETCH and ACK of it, with their commits).
+        out["engine_us_per_job"] = json!(round3((b - a) * 1e6 / (cfg.jobs.max(1) as f64)));
     }
     if let Some(pid) = args.server_pid.as_deref() {
         out["server_vmrss_kib"] = json!(status_kib(pid, "VmRSS"));

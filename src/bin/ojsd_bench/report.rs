@@ -54,7 +54,27 @@ pub fn round3(x: f64) -> f64 {
 
 /// CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat.
 pub fn cpu_seconds(pid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU seconds the server's engine thread (named `ojsd-engine`) has used so far: the
+/// single writer's own work, which bounds the server's rate however many cores it has.
+pub fn engine_cpu_seconds(pid: &str) -> Option<f64> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() == "ojsd-engine" {
+            return stat_cpu_seconds(&dir.join("stat").to_string_lossy());
+        }
+    }
+    None
+}
+
+fn stat_cpu_seconds(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // The command name may contain spaces; fields resume after its closing parenthesis.
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
