@@ -137,7 +137,8 @@ pub fn encode_state(seq: u64, job: &Job) -> Vec<u8> {
 }
 
 /// Read a state record; `None` if it is not one (unknown version, state or bits, a time
-/// out of range, truncated, trailing bytes, a worker id that is not UTF-8, an empty value).
+/// out of range, truncated, trailing bytes, a worker id that is not UTF-8, an empty JSON
+/// value).
 pub fn decode_state(bytes: &[u8]) -> Option<StateRecord<'_>> {
     let mut r = Reader(bytes);
     if r.u8()? != STATE_V1 {
@@ -163,7 +164,8 @@ pub fn decode_state(bytes: &[u8]) -> Option<StateRecord<'_>> {
         if values & (1 << i) != 0 {
             let len = r.u32()?;
             let b = r.bytes(len)?;
-            if b.is_empty() {
+            // A JSON value is never empty; a worker id may be.
+            if b.is_empty() && i != 0 {
                 return None;
             }
             *slot = Some(b);
@@ -336,7 +338,19 @@ mod tests {
         rec[last] = 0xff;
         assert_eq!(decode_state(&rec), None, "worker id not UTF-8");
         j.worker_id = Some(String::new());
-        assert_eq!(decode_state(&encode_state(1, &j)), None, "empty value");
+        let rec = encode_state(1, &j);
+        assert_eq!(
+            decode_state(&rec).unwrap().worker_id,
+            Some(""),
+            "an empty id is one"
+        );
+        j.worker_id = None;
+        j.result = Some(json!(0));
+        let mut rec = encode_state(1, &j);
+        rec.pop();
+        let len_at = rec.len() - 4;
+        rec[len_at..].copy_from_slice(&0u32.to_be_bytes());
+        assert_eq!(decode_state(&rec), None, "an empty JSON value");
     }
 
     proptest! {
