@@ -293,6 +293,12 @@ fn key_ranges_cover_every_key_once() {
         vec![(vec![], None)]
     );
     assert_eq!(key_ranges(None, None, 4), vec![(vec![], None)]);
+    // The last key is usually a state record's: its job's id and one byte more.
+    let mut state_key = k(u128::MAX);
+    state_key.push(1);
+    let r = key_ranges(Some(&k(0)), Some(&state_key), 4);
+    assert_eq!(r, key_ranges(Some(&k(0)), Some(&k(u128::MAX)), 4));
+    assert_eq!(r.len(), 4);
 }
 
 #[test]
