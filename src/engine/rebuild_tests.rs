@@ -321,8 +321,15 @@ fn start_indexes_many_records_over_several_scanners_in(kind: StoreKind) {
         let id = Uuid::from_u128(rand::random());
         j.id = id.to_string();
         ids.push(j.id.clone());
-        let (rec, _) = super::super::record::encode_record(n as u64, &j, &Parts::of(&j));
-        batch.put(Space::Job, id.as_bytes(), rec);
+        // Mostly lean pairs (a job record and its state record), some old records.
+        if n % 10 == 0 {
+            let (rec, _) = super::super::record::encode_record(n as u64, &j, &Parts::of(&j));
+            batch.put(Space::Job, id.as_bytes(), rec);
+        } else {
+            for (k, v) in v3_records(n as u64, &j) {
+                batch.put(Space::Job, &k, v);
+            }
+        }
     }
     store.commit(batch).unwrap();
     let (handle, thread) = super::super::start(store, Default::default()).unwrap();
