@@ -48,6 +48,8 @@ struct CoreView<'a> {
 #[derive(Debug, Clone, Copy)]
 pub enum JsonRef<'a> {
     Value(&'a Value),
+    /// An array of values (the error history).
+    Values(&'a [Value]),
     Raw(&'a [u8]),
 }
 
@@ -85,14 +87,14 @@ impl<'a> System<'a> {
             discarded_at: job.discarded_at,
             next_retry_at: job.next_retry_at,
             error: job.error.as_ref().map(JsonRef::Value),
-            errors: None,
+            errors: (!job.errors.is_empty()).then_some(JsonRef::Values(&job.errors)),
             result: job.result.as_ref().map(JsonRef::Value),
             worker_id: job.worker_id.as_deref(),
         }
     }
 
     /// The members, without braces: `"state":"...","attempt":N,...`.
-    fn write_to(&self, errors: Option<&[Value]>, out: &mut Vec<u8>) {
+    fn write_to(&self, out: &mut Vec<u8>) {
         use std::io::Write;
         let _ = write!(
             out,
@@ -117,8 +119,11 @@ impl<'a> System<'a> {
         let json = |out: &mut Vec<u8>, name: &str, v: JsonRef<'_>| {
             let _ = write!(out, ",\"{name}\":");
             match v {
+                // Serializing values into a Vec cannot fail.
                 JsonRef::Value(v) => {
-                    // Serializing a `Value` into a Vec cannot fail.
+                    let _ = serde_json::to_writer(&mut *out, v);
+                }
+                JsonRef::Values(v) => {
                     let _ = serde_json::to_writer(&mut *out, v);
                 }
                 JsonRef::Raw(b) => out.extend_from_slice(b),
@@ -127,13 +132,8 @@ impl<'a> System<'a> {
         if let Some(e) = self.error {
             json(out, "error", e);
         }
-        match (errors, self.errors) {
-            (Some(list), _) if !list.is_empty() => {
-                out.extend_from_slice(b",\"errors\":");
-                let _ = serde_json::to_writer(&mut *out, list);
-            }
-            (None, Some(raw)) => json(out, "errors", raw),
-            _ => {}
+        if let Some(e) = self.errors {
+            json(out, "errors", e);
         }
         if let Some(r) = self.result {
             json(out, "result", r);
@@ -217,36 +217,26 @@ impl Parts {
     /// Append the job's JSON, with its current system attributes, to `out`.
     pub fn compose(&self, job: &Job, out: &mut Vec<u8>) {
         let start = out.len();
-        self.write(&System::of(job), Some(&job.errors), out);
+        write_envelope(&self.core, &self.extra, &System::of(job), out);
         debug_assert!(
             serde_json::to_vec(job).is_ok_and(|full| out[start..] == full[..]),
             "job {}: a client-supplied attribute changed after its parts were encoded",
             job.id
         );
     }
-
-    fn write(&self, system: &System<'_>, errors: Option<&[Value]>, out: &mut Vec<u8>) {
-        write_envelope(&self.core, &self.extra, system, errors, out);
-    }
 }
 
 /// Append the envelope of a stored job: its client part as stored (`core`, `extra`, as
 /// `Parts` holds them) around the system part `system` (from its state record).
 pub fn compose_stored(core: &[u8], extra: &[u8], system: &System<'_>, out: &mut Vec<u8>) {
-    write_envelope(core, extra, system, None, out);
+    write_envelope(core, extra, system, out);
 }
 
-fn write_envelope(
-    core: &[u8],
-    extra: &[u8],
-    system: &System<'_>,
-    errors: Option<&[Value]>,
-    out: &mut Vec<u8>,
-) {
+fn write_envelope(core: &[u8], extra: &[u8], system: &System<'_>, out: &mut Vec<u8>) {
     out.reserve(core.len() + extra.len() + 256);
     out.extend_from_slice(core);
     out.push(b',');
-    system.write_to(errors, out);
+    system.write_to(out);
     out.extend_from_slice(extra);
     out.push(b'}');
 }
