@@ -274,7 +274,7 @@ fn a_data_dir_is_refused_by_the_store_that_did_not_write_it() {
     push_one_and_stop(&fjall_dir, None);
     assert_eq!(
         std::fs::read_to_string(fjall_dir.join("ojsd-store")).unwrap(),
-        "fjall 1\n"
+        "fjall 2\n"
     );
     assert_refused(&fjall_dir, "sled", "flag", "fjall");
     assert_refused(&fjall_dir, "sled", "env", "fjall");
@@ -289,7 +289,7 @@ fn a_data_dir_is_refused_by_the_store_that_did_not_write_it() {
     push_one_and_stop(&sled_dir, Some("sled"));
     assert_eq!(
         std::fs::read_to_string(sled_dir.join("ojsd-store")).unwrap(),
-        "sled 1\n"
+        "sled 2\n"
     );
     let mut cmd = ojsd();
     cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
@@ -311,9 +311,27 @@ fn a_data_dir_is_refused_by_the_store_that_did_not_write_it() {
     assert_eq!(jobs_with(&sled_dir, "sled"), 1);
     assert_eq!(
         std::fs::read_to_string(sled_dir.join("ojsd-store")).unwrap(),
-        "sled 1\n",
+        "sled 2\n",
         "the old dir got its marker"
     );
+
+    // A dir of the previous layout (whole-envelope records) is served and marked with
+    // the current one, so that an ojsd that knows only the old layout refuses it.
+    std::fs::write(fjall_dir.join("ojsd-store"), "fjall 1\n").unwrap();
+    assert_eq!(jobs_with(&fjall_dir, "fjall"), 1);
+    assert_eq!(
+        std::fs::read_to_string(fjall_dir.join("ojsd-store")).unwrap(),
+        "fjall 2\n"
+    );
+    std::fs::write(fjall_dir.join("ojsd-store"), "fjall 3\n").unwrap();
+    let e = run_to_exit({
+        let mut cmd = ojsd();
+        cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .arg("--data-dir")
+            .arg(&fjall_dir);
+        cmd
+    });
+    assert_eq!(e.code, Some(1), "a newer layout is refused: {}", e.stderr);
 }
 
 #[test]

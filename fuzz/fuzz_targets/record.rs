@@ -1,19 +1,25 @@
-//! The stored job record (`j/<uuid>`), both directions.
+//! The stored job records (`j/<uuid>`: versions 1 and 2, still read, and version 3) and
+//! state records (`j/<uuid>` + 1), both directions.
 //!
-//! Reading: any bytes decode to `None` or to a record whose queue name and body lie inside
-//! the input (the body at its end, as the format says); never a panic.
+//! Reading: any bytes decode to `None` or to a record whose parts lie inside the input
+//! (a version 1/2 body at its end, as the format says); never a panic. A state record
+//! that decodes composes an envelope system part without panicking.
 //!
 //! Writing: a job built from the input (a client envelope run through the PUSH validator,
-//! then given a lifecycle state and system timestamps) encodes to a record that decodes
-//! back to the same sequence number, the same index header and the same JSON body, and
-//! that body parses back to the same job.
+//! then given a lifecycle state, system timestamps, an error history, a result and a
+//! worker) encodes to a job record and a state record that decode back to the same fields,
+//! and the envelope composed from the two is the job's JSON byte for byte; likewise the
+//! version 2 record the engine no longer writes but still reads.
 #![no_main]
 
 use chrono::{DateTime, TimeZone, Utc};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use ojsd::engine::fuzzing::{decode_record, encode_record, IndexHeader};
-use ojsd::job::parts::Parts;
+use ojsd::engine::fuzzing::{
+    decode_job_record, decode_record, decode_state, encode_job_record, encode_record,
+    encode_state, IndexHeader,
+};
+use ojsd::job::parts::{compose_stored, Parts};
 use ojsd::job::validate::{parse_new_job, Limits};
 use ojsd::job::{Job, State, SPEC_VERSION};
 use serde_json::{json, Map, Value};
@@ -30,6 +36,25 @@ fn inside(part: &[u8], whole: &[u8]) -> bool {
 }
 
 fn read_any(data: &[u8]) {
+    if let Some(r) = decode_job_record(data) {
+        for part in [r.queue.as_bytes(), r.core, r.extra] {
+            assert!(inside(part, data), "the record's parts lie inside it");
+        }
+        assert!(r.parts().is_some(), "a decoded record's parts are an envelope's");
+        assert!(r.timeout != Some(0), "a zero timeout reads as none");
+    }
+    if let Some(st) = decode_state(data) {
+        for v in [st.worker_id.map(str::as_bytes), st.error, st.errors, st.result]
+            .into_iter()
+            .flatten()
+        {
+            assert!(inside(v, data), "the state record's values lie inside it");
+        }
+        let created = DateTime::from_timestamp_micros(0).unwrap();
+        let mut out = Vec::new();
+        compose_stored(b"{\"a\":1", b"", &st.system(created), &mut out);
+        assert!(out.ends_with(b"}"));
+    }
     let Some(r) = decode_record(data) else {
         return;
     };
@@ -183,8 +208,51 @@ fn round_trip(u: &mut Unstructured) -> Result<()> {
             *t = Some(system_time(u)?);
         }
     }
+    if u.arbitrary()? {
+        job.error = Some(some_json(u)?);
+    }
+    for _ in 0..u.int_in_range(0..=3)? {
+        job.push_error(some_json(u)?);
+    }
+    if u.arbitrary()? {
+        // `null` is a result the envelope shows (`"result":null`).
+        job.result = Some(some_json(u)?);
+    }
+    if u.arbitrary()? {
+        job.worker_id = Some(u.arbitrary::<&str>()?.to_string());
+    }
     check(&job, u.arbitrary()?);
+    check_lean(&job, u.arbitrary()?);
     Ok(())
+}
+
+fn check_lean(job: &Job, seq: u64) {
+    let parts = Parts::of(job);
+    let rec = encode_job_record(job, &parts);
+    let r = decode_job_record(&rec).expect("a job record just written decodes");
+    let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis());
+    assert_eq!(r.unique, job.unique.is_some());
+    assert_eq!(r.priority, job.priority);
+    assert_eq!(r.timeout, job.timeout.filter(|t| *t > 0));
+    assert_eq!(r.queue, job.queue);
+    assert_eq!(r.scheduled_at, ms(job.scheduled_time()));
+    assert_eq!(r.expires_at, ms(job.expires_time()));
+    assert_eq!(r.created(), Some(job.created_at));
+    assert_eq!(r.parts().as_ref(), Some(&parts));
+
+    let state = encode_state(seq, job);
+    let st = decode_state(&state).expect("a state record just written decodes");
+    assert_eq!((st.seq, st.state, st.attempt), (seq, job.state, job.attempt));
+    assert_eq!(st.worker_id, job.worker_id.as_deref());
+    let us = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_micros());
+    assert_eq!(st.started_at, us(job.started_at));
+    assert_eq!(st.next_retry_at, us(job.next_retry_at));
+
+    let mut composed = Vec::new();
+    compose_stored(r.core, r.extra, &st.system(job.created_at), &mut composed);
+    let mut json = Vec::new();
+    parts.compose(job, &mut json);
+    assert_eq!(composed, json, "the envelope composed from both records is the job's");
 }
 
 fn check(job: &Job, seq: u64) {

@@ -14,6 +14,7 @@ mod jobs;
 mod metrics;
 mod rebuild;
 mod record;
+mod stored;
 mod throughput;
 mod txn;
 mod workers;
@@ -23,10 +24,14 @@ pub use api::{Answer, Answered, JobView};
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
 
-/// The stored job record format, for the `record` fuzz target (`fuzz/`) only: not an API.
+/// The stored job record formats, for the `record` fuzz target (`fuzz/`) only: not an API.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use super::record::{decode_record, encode_record, IndexHeader, Record};
+    pub use super::record::state::{decode_state, encode_state, StateRecord};
+    pub use super::record::{
+        decode_job_record, decode_record, encode_job_record, encode_record, IndexHeader, JobRecord,
+        Record,
+    };
 }
 
 use crate::error::{ErrorCode, OjsError, OjsResult};

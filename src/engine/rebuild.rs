@@ -4,9 +4,15 @@
 //! The job records are read by a few scanner threads, each over its own range of ids, that
 //! decode them into index entries; the engine thread alone builds the index from what they
 //! send. Reading the store is most of the work, and sled serves readers in parallel.
+//!
+//! A job is two records next to each other in key order: its job record (`<uuid>`, the
+//! fields that never change) and its state record (`<uuid>` and the byte 1). A scanner
+//! holds the first until the second arrives; neither is JSON. A job stored by an older
+//! ojsd is one record (version 1 or 2) and is indexed from it alone.
 
 use super::index::{Entry, QueueId, TimerKind};
-use super::record::{decode_record, IndexHeader};
+use super::record::state::{self, decode_state, StateRecord, STATE_SUFFIX};
+use super::record::{decode_job_record, decode_record, IndexHeader, JobRecord, RECORD_V3};
 use super::txn::Txn;
 use super::Engine;
 use crate::job::unique::UniqueKey;
@@ -101,6 +107,43 @@ struct Scanner {
     default_timeout_secs: u64,
     /// This scanner's numbers for the queues it met.
     numbers: HashMap<String, QueueId>,
+    /// A version 3 job record whose state record (the next key) has not come yet.
+    waiting: Option<Waiting>,
+}
+
+/// What a version 3 job record gives the index, kept until its state record is read.
+struct Waiting {
+    id: Uuid,
+    queue: QueueId,
+    unique: Option<(UniqueKey, i64)>,
+    priority: i64,
+    timeout: Option<u64>,
+    scheduled_at: Option<i64>,
+    expires_at: Option<i64>,
+    bytes: usize,
+}
+
+/// The unique key of a version 3 record's job: its client part is parsed, only for the
+/// few jobs that have a `unique` policy.
+fn unique_key(rec: &JobRecord<'_>) -> Option<UniqueKey> {
+    #[derive(Deserialize)]
+    struct Client {
+        #[serde(rename = "type")]
+        job_type: String,
+        queue: String,
+        args: Vec<serde_json::Value>,
+        #[serde(default)]
+        meta: serde_json::Map<String, serde_json::Value>,
+        unique: serde_json::Value,
+    }
+    // The core is an object without its closing brace; the attributes in `extra` are
+    // not OJS's and play no part in a key.
+    let mut json = Vec::with_capacity(rec.core.len() + 1);
+    json.extend_from_slice(rec.core);
+    json.push(b'}');
+    let c: Client = serde_json::from_slice(&json).ok()?;
+    let policy = crate::job::unique::UniquePolicy::parse(&c.unique, &c.args).ok()?;
+    Some(policy.key(&c.job_type, &c.queue, &c.args, &c.meta))
 }
 
 impl Scanner {
@@ -115,7 +158,93 @@ impl Scanner {
     }
 
     fn add(&mut self, chunk: &mut Chunk, key: &[u8], value: &[u8]) {
-        let (Ok(id), Some(record)) = (Uuid::from_slice(key), decode_record(value)) else {
+        match key.len() {
+            16 => {
+                self.give_up_waiting(chunk);
+                match Uuid::from_slice(key) {
+                    Ok(id) if value.first() == Some(&RECORD_V3) => {
+                        self.job_record(chunk, id, value)
+                    }
+                    Ok(id) => self.old_record(chunk, id, value),
+                    Err(_) => chunk.bad += 1,
+                }
+            }
+            17 if key[16] == STATE_SUFFIX => {
+                match self.waiting.take() {
+                    Some(w) if w.id.as_bytes()[..] == key[..16] => match decode_state(value) {
+                        Some(st) => self.joined(chunk, w, &st),
+                        None => chunk.bad += 1,
+                    },
+                    // A state record without its job record.
+                    other => {
+                        self.waiting = other;
+                        chunk.bad += 1;
+                    }
+                }
+            }
+            _ => chunk.bad += 1,
+        }
+    }
+
+    /// A version 3 job record that never got its state record is unreadable.
+    fn give_up_waiting(&mut self, chunk: &mut Chunk) {
+        if self.waiting.take().is_some() {
+            chunk.bad += 1;
+        }
+    }
+
+    fn job_record(&mut self, chunk: &mut Chunk, id: Uuid, value: &[u8]) {
+        let Some(rec) = decode_job_record(value) else {
+            chunk.bad += 1;
+            return;
+        };
+        let unique = if rec.unique {
+            match unique_key(&rec) {
+                Some(key) => Some((key, rec.created_at.div_euclid(1000))),
+                None => {
+                    tracing::warn!(job = %id, "stored unique policy unreadable; not indexed");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let queue = self.queue(rec.queue, chunk);
+        self.waiting = Some(Waiting {
+            id,
+            queue,
+            unique,
+            priority: rec.priority,
+            timeout: rec.timeout,
+            scheduled_at: rec.scheduled_at,
+            expires_at: rec.expires_at,
+            bytes: rec.core.len() + rec.extra.len(),
+        });
+    }
+
+    fn joined(&mut self, chunk: &mut Chunk, w: Waiting, st: &StateRecord<'_>) {
+        let h = IndexHeader {
+            state: st.state,
+            unique: w.unique.is_some(),
+            priority: w.priority,
+            timeout: w.timeout,
+            scheduled_at: w.scheduled_at,
+            next_retry_at: state::ms(st.next_retry_at),
+            completed_at: state::ms(st.completed_at),
+            cancelled_at: state::ms(st.cancelled_at),
+            discarded_at: state::ms(st.discarded_at),
+            expires_at: w.expires_at,
+            queue: "",
+        };
+        if let Some((key, created)) = w.unique {
+            chunk.unique.push((w.id, key, created));
+        }
+        self.found(chunk, w.id, &h, w.queue, st.seq, w.bytes);
+    }
+
+    /// A version 1 or 2 record: the whole envelope, with (v2) or without an index header.
+    fn old_record(&mut self, chunk: &mut Chunk, id: Uuid, value: &[u8]) {
+        let Some(record) = decode_record(value) else {
             chunk.bad += 1;
             return;
         };
@@ -124,7 +253,6 @@ impl Scanner {
             Some(h) => h,
             None => match serde_json::from_slice::<View>(record.body) {
                 Ok(v) => {
-                    chunk.old_format += 1;
                     view = v;
                     view.header()
                 }
@@ -134,8 +262,35 @@ impl Scanner {
                 }
             },
         };
+        chunk.old_format += 1;
+        if h.unique {
+            let job = serde_json::from_slice::<crate::job::Job>(record.body).ok();
+            match job.as_ref().and_then(super::jobs::unique::policy_of) {
+                Some((_, key)) => {
+                    let created = job.map_or(self.now_ms, |j| j.created_at.timestamp_millis());
+                    chunk.unique.push((id, key, created));
+                }
+                None => {
+                    tracing::warn!(job = %id, "stored unique policy unreadable; not indexed")
+                }
+            }
+        }
+        let queue = self.queue(h.queue, chunk);
+        self.found(chunk, id, &h, queue, record.seq, record.body.len());
+    }
+
+    /// Index one job; `h.queue` is not read (`queue` is its number).
+    fn found(
+        &mut self,
+        chunk: &mut Chunk,
+        id: Uuid,
+        h: &IndexHeader<'_>,
+        queue: QueueId,
+        seq: u64,
+        bytes: usize,
+    ) {
         let now_ms = self.now_ms;
-        chunk.max_seq = chunk.max_seq.max(record.seq);
+        chunk.max_seq = chunk.max_seq.max(seq);
         let mut state = h.state;
         if state == State::Active {
             chunk.interrupted.push(id);
@@ -160,19 +315,6 @@ impl Scanner {
             (_, t) => t,
         };
         let dead_at = (state == State::Discarded).then(|| h.discarded_at.unwrap_or(now_ms));
-        if h.unique {
-            let job = serde_json::from_slice::<crate::job::Job>(record.body).ok();
-            match job.as_ref().and_then(super::jobs::unique::policy_of) {
-                Some((_, key)) => {
-                    let created = job.map_or(now_ms, |j| j.created_at.timestamp_millis());
-                    chunk.unique.push((id, key, created));
-                }
-                None => {
-                    tracing::warn!(job = %id, "stored unique policy unreadable; not indexed")
-                }
-            }
-        }
-        let queue = self.queue(h.queue, chunk);
         let timeout = h.timeout.unwrap_or(self.default_timeout_secs);
         chunk.jobs.push(Found {
             id,
@@ -181,12 +323,12 @@ impl Scanner {
                 state,
                 queue,
                 priority: h.priority,
-                seq: record.seq,
+                seq,
                 timer,
                 expires: h.expires_at,
                 worker: None,
                 timeout_ms: crate::time::timeout_ms(timeout),
-                bytes: u32::try_from(record.body.len()).unwrap_or(u32::MAX),
+                bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
             },
         });
     }
@@ -213,6 +355,7 @@ impl Scanner {
             }
             open
         })?;
+        self.give_up_waiting(&mut chunk);
         let _ = tx.send((part, chunk));
         Ok(())
     }
@@ -226,8 +369,10 @@ fn key_ranges(
     last: Option<&[u8]>,
     n: usize,
 ) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    // A state record's key is its job's id and one byte more: cut on the id.
     let as_u128 = |k: Option<&[u8]>| {
-        k.and_then(|k| <[u8; 16]>::try_from(k).ok())
+        k.filter(|k| k.len() == 16 || k.len() == 17)
+            .and_then(|k| <[u8; 16]>::try_from(&k[..16]).ok())
             .map(u128::from_be_bytes)
     };
     let (Some(first), Some(last)) = (as_u128(first), as_u128(last)) else {
@@ -290,6 +435,7 @@ impl Engine {
             retention_ms: crate::time::ms(self.cfg.retention),
             default_timeout_secs: self.cfg.default_timeout_secs,
             numbers: HashMap::new(),
+            waiting: None,
         };
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
@@ -405,213 +551,5 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::job::parts::Parts;
-    use crate::job::Job;
-    use crate::protocol::{parse_command, Reply};
-    use crate::store::{Batch, StoreKind};
-    use serde_json::{json, Value};
-
-    fn job(state: &str, queue: &str, extra: Value) -> Job {
-        let mut v = json!({
-            "specversion": "1.0.0-rc.1", "id": Uuid::now_v7().to_string(), "type": "t",
-            "queue": queue, "args": [1], "retry": crate::job::RetryPolicy::default(),
-            "state": state, "attempt": 1, "created_at": "2026-01-01T00:00:00Z",
-        });
-        if let (Some(m), Value::Object(x)) = (v.as_object_mut(), extra) {
-            m.extend(x);
-        }
-        serde_json::from_value(v).unwrap()
-    }
-
-    fn jobs() -> Vec<Job> {
-        // Far ahead, so no timer fires while the test looks.
-        let t = "2099-03-01T10:00:00.123456Z";
-        vec![
-            job("available", "a", json!({"priority": 7, "timeout": 30})),
-            job(
-                "available",
-                "a",
-                json!({"expires_at": "2099-03-01T12:00:00+01:00"}),
-            ),
-            job("scheduled", "b", json!({"scheduled_at": t})),
-            job("pending", "b", json!({"unique": {"keys": ["type"]}})),
-            job(
-                "active",
-                "c",
-                json!({"started_at": t, "worker_id": "w", "timeout": 0}),
-            ),
-            job("retryable", "c", json!({"next_retry_at": t})),
-            job("completed", "d", json!({"completed_at": t})),
-            job("cancelled", "d", json!({"cancelled_at": t})),
-            job("discarded", "e", json!({"discarded_at": t, "priority": -3})),
-        ]
-    }
-
-    fn v1_record(seq: u64, job: &Job) -> Vec<u8> {
-        let mut v = vec![1u8];
-        v.extend_from_slice(&seq.to_be_bytes());
-        v.extend(serde_json::to_vec(job).unwrap());
-        v
-    }
-
-    #[test]
-    fn both_record_versions_give_the_same_index_fields() {
-        for (seq, j) in jobs().iter().enumerate() {
-            let view: View = serde_json::from_slice(&serde_json::to_vec(j).unwrap()).unwrap();
-            assert_eq!(view.header(), IndexHeader::of(j), "{}", j.state.as_str());
-            let (rec, _) = super::super::record::encode_record(seq as u64, j, &Parts::of(j));
-            assert_eq!(
-                decode_record(&rec).and_then(|r| r.header),
-                Some(view.header())
-            );
-        }
-    }
-
-    fn call(handle: &super::super::EngineHandle, line: &str) -> Option<Value> {
-        let cmd = parse_command(line.as_bytes()).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        match Reply::from(rt.block_on(handle.call(None, cmd))) {
-            Reply::Bulk(b) => Some(serde_json::from_slice(&b).unwrap()),
-            Reply::Null => None,
-            other => panic!("{line}: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn start_reads_old_and_new_records_and_skips_bad_ones() {
-        for kind in [StoreKind::Fjall, StoreKind::Sled] {
-            start_reads_old_and_new_records_and_skips_bad_ones_in(kind);
-        }
-    }
-
-    fn start_reads_old_and_new_records_and_skips_bad_ones_in(kind: StoreKind) {
-        let dir = tempfile::tempdir().unwrap();
-        let jobs = jobs();
-        let mut store = crate::store::open(kind, dir.path(), 1 << 20).unwrap();
-        let mut batch = Batch::default();
-        for (n, j) in jobs.iter().enumerate() {
-            let id = Uuid::parse_str(&j.id).unwrap();
-            let seq = 100 + n as u64;
-            let rec = match n % 2 {
-                0 => v1_record(seq, j),
-                _ => super::super::record::encode_record(seq, j, &Parts::of(j)).0,
-            };
-            batch.put(Space::Job, id.as_bytes(), rec);
-        }
-        let (mut truncated, _) =
-            super::super::record::encode_record(1, &jobs[0], &Parts::of(&jobs[0]));
-        truncated.pop();
-        batch.put(Space::Job, Uuid::now_v7().as_bytes(), truncated);
-        batch.put(
-            Space::Job,
-            Uuid::now_v7().as_bytes(),
-            b"\x02garbage".to_vec(),
-        );
-        batch.put(Space::Job, b"not a uuid", v1_record(1, &jobs[0]));
-        store.commit(batch).unwrap();
-
-        let cfg = super::super::Config {
-            fetch_wait: std::time::Duration::from_millis(10),
-            ..Default::default()
-        };
-        let (handle, thread) = super::super::start(store, cfg).unwrap();
-        let info = call(&handle, "INFO").unwrap();
-        assert_eq!(info["totals"]["jobs"], jobs.len());
-        assert_eq!(info["totals"]["dead"], 1);
-        assert_eq!(info["totals"]["unique_keys"], 1);
-        let count = |q: &str, s: &str| info["queues"][q][s].as_u64().unwrap();
-        assert_eq!((count("a", "available"), count("b", "scheduled")), (2, 1));
-        assert_eq!((count("b", "pending"), count("c", "available")), (1, 1));
-        assert_eq!((count("c", "retryable"), count("d", "completed")), (1, 1));
-        assert_eq!((count("d", "cancelled"), count("e", "discarded")), (1, 1));
-        for j in jobs.iter().filter(|j| j.state != State::Active) {
-            let got = call(&handle, &format!("JOB {}", j.id)).unwrap();
-            assert_eq!(
-                got,
-                serde_json::to_value(j).unwrap(),
-                "{}",
-                j.state.as_str()
-            );
-        }
-        // Priority first.
-        let fetched = call(&handle, "FETCH a").unwrap();
-        assert_eq!(fetched["id"], jobs[0].id.as_str());
-        let fetched = call(&handle, "FETCH c").unwrap();
-        assert_eq!(
-            fetched["id"],
-            jobs[4].id.as_str(),
-            "the interrupted job is requeued"
-        );
-        assert_eq!(call(&handle, "FETCH b"), None);
-        handle.shutdown();
-        thread.join().unwrap().unwrap();
-    }
-
-    #[test]
-    fn key_ranges_cover_every_key_once() {
-        let k = |n: u128| n.to_be_bytes().to_vec();
-        for (first, last, n) in [
-            (0, u128::MAX, 4),
-            (5, 5, 4),
-            (10, 13, 8),
-            (1000, 1_000_000, 3),
-            (7, 9, 1),
-        ] {
-            let r = key_ranges(Some(&k(first)), Some(&k(last)), n);
-            assert!(!r.is_empty() && r.len() <= n, "{first}..{last}/{n}: {r:?}");
-            assert_eq!((r[0].0.as_slice(), &r[r.len() - 1].1), (&[][..], &None));
-            for w in r.windows(2) {
-                assert_eq!(w[0].1.as_ref(), Some(&w[1].0), "ranges meet");
-                assert!(w[0].0 < w[1].0, "ranges are in order");
-            }
-        }
-        assert_eq!(key_ranges(Some(&k(0)), Some(&k(u128::MAX)), 4).len(), 4);
-        assert_eq!(
-            key_ranges(Some(b"odd"), Some(&k(9)), 4),
-            vec![(vec![], None)]
-        );
-        assert_eq!(key_ranges(None, None, 4), vec![(vec![], None)]);
-    }
-
-    #[test]
-    fn start_indexes_many_records_over_several_scanners() {
-        for kind in [StoreKind::Fjall, StoreKind::Sled] {
-            start_indexes_many_records_over_several_scanners_in(kind);
-        }
-    }
-
-    fn start_indexes_many_records_over_several_scanners_in(kind: StoreKind) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = crate::store::open(kind, dir.path(), 1 << 20).unwrap();
-        let mut batch = Batch::default();
-        let queues = ["q0", "q1", "q2", "q3", "q4", "q5", "q6"];
-        let total = 5 * CHUNK + 17;
-        let mut ids = Vec::new();
-        for n in 0..total {
-            // Random ids spread over the whole key space, so every range gets some.
-            let mut j = job("available", queues[n % queues.len()], json!({}));
-            let id = Uuid::from_u128(rand::random());
-            j.id = id.to_string();
-            ids.push(j.id.clone());
-            let (rec, _) = super::super::record::encode_record(n as u64, &j, &Parts::of(&j));
-            batch.put(Space::Job, id.as_bytes(), rec);
-        }
-        store.commit(batch).unwrap();
-        let (handle, thread) = super::super::start(store, Default::default()).unwrap();
-        let info = call(&handle, "INFO").unwrap();
-        assert_eq!(info["totals"]["jobs"], total);
-        for (i, q) in queues.iter().enumerate() {
-            let expected = (0..total).filter(|n| n % queues.len() == i).count();
-            assert_eq!(info["queues"][q]["available"], expected, "{q}");
-        }
-        // FIFO across the scanners' parts: the lowest seq first.
-        assert_eq!(call(&handle, "FETCH q3").unwrap()["id"], ids[3].as_str());
-        assert_eq!(call(&handle, "FETCH q3").unwrap()["id"], ids[10].as_str());
-        handle.shutdown();
-        thread.join().unwrap().unwrap();
-    }
-}
+#[path = "rebuild_tests.rs"]
+mod tests;

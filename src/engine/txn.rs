@@ -3,13 +3,14 @@
 //! that may only be sent once the commit is durable.
 
 use super::api::{Answer, Answered, JobView};
-use super::record::{decode_record, encode_record, encode_record_with};
+pub use super::stored::{backend, read_job};
+use super::stored::{load_body, load_job};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::parts::Parts;
 use crate::job::Job;
-use crate::store::{Batch, Space, Store};
+use crate::store::{Batch, Store};
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -30,8 +31,11 @@ struct Touched {
     job: Job,
     parts: Option<Parts>,
     /// The job's JSON as a reply of this batch already composed it, while the job has not
-    /// changed since (PUSH replies): the store write reuses it.
+    /// changed since (PUSH replies): a later reply of the batch reuses it.
     body: Option<Bytes>,
+    /// Whether the job record must be written (a new job, or one stored in an older
+    /// format); otherwise only the state record is.
+    record: bool,
 }
 
 #[derive(Default)]
@@ -138,20 +142,6 @@ impl JobCache {
     }
 }
 
-pub fn backend(msg: impl std::fmt::Display) -> OjsError {
-    OjsError::new(ErrorCode::BackendError, msg.to_string())
-}
-
-pub fn read_job(store: &dyn Store, id: Uuid) -> OjsResult<Option<Job>> {
-    let Some(raw) = store.get(Space::Job, id.as_bytes()).map_err(backend)? else {
-        return Ok(None);
-    };
-    let record = decode_record(&raw).ok_or_else(|| backend(format!("job {id}: bad record")))?;
-    serde_json::from_slice(record.body)
-        .map(Some)
-        .map_err(|e| backend(format!("job {id}: {e}")))
-}
-
 impl Txn {
     /// A batch that may use (and will refill) the engine's cache.
     pub fn with_cache(cache: JobCache) -> Txn {
@@ -177,14 +167,19 @@ impl Txn {
                         job,
                         parts: Some(parts),
                         body: None,
+                        record: false,
                     },
-                    None => Touched {
-                        job: read_job(store, id)?.ok_or_else(|| {
+                    None => {
+                        let loaded = load_job(store, id)?.ok_or_else(|| {
                             backend(format!("job {id} is indexed but not stored"))
-                        })?,
-                        parts: None,
-                        body: None,
-                    },
+                        })?;
+                        Touched {
+                            job: loaded.job,
+                            parts: Some(loaded.parts),
+                            body: None,
+                            record: loaded.rewrite,
+                        }
+                    }
                 };
                 v.insert(Some(touched))
             }
@@ -216,6 +211,7 @@ impl Txn {
             job,
             parts,
             body: None,
+            record: true,
         };
         self.jobs.insert(id, Some(touched));
     }
@@ -248,28 +244,44 @@ impl Txn {
         out
     }
 
-    /// Turn touched jobs into store writes; returns the JSON of each written job so replies
-    /// can reuse it instead of serializing again. Unfinished jobs go (back) to the cache.
+    /// Turn touched jobs into store writes: the state record of each, and the job record
+    /// of new ones. Returns the JSON of each written job a reply of this batch shows, so
+    /// replies need not read it back. Unfinished jobs go (back) to the cache.
     pub fn seal(&mut self, seq_of: impl Fn(Uuid) -> u64) -> HashMap<Uuid, Bytes> {
-        let mut written = HashMap::with_capacity(self.jobs.len());
+        let shown: HashSet<Uuid> = self
+            .out
+            .iter()
+            .flat_map(|(_, out)| match out {
+                Out::Job(id) => std::slice::from_ref(id),
+                Out::Claimed { ids, .. } => ids.as_slice(),
+                Out::Answer(_) => &[],
+            })
+            .copied()
+            .collect();
+        let mut written = HashMap::with_capacity(shown.len());
         for (id, touched) in self.jobs.drain() {
             match touched {
-                Some(Touched { job, parts, body }) => {
+                Some(Touched {
+                    job,
+                    parts,
+                    body,
+                    record,
+                }) => {
                     let parts = parts.unwrap_or_else(|| Parts::of(&job));
-                    let seq = seq_of(id);
-                    let (rec, at) = match &body {
-                        Some(b) => encode_record_with(seq, &job, |v| v.extend_from_slice(b)),
-                        None => encode_record(seq, &job, &parts),
-                    };
                     debug_assert!(
-                        body.is_none() || rec == encode_record(seq, &job, &parts).0,
-                        "a reused body must be the job's current JSON"
+                        record || parts == Parts::of(&job),
+                        "job {id}: a client-supplied attribute changed after PUSH; only the \
+                         state record would have been written"
                     );
-                    written.insert(
-                        id,
-                        body.unwrap_or_else(|| Bytes::copy_from_slice(&rec[at..])),
-                    );
-                    self.batch.put(Space::Job, id.as_bytes(), rec);
+                    super::stored::put(&mut self.batch, id, seq_of(id), &job, &parts, record);
+                    if shown.contains(&id) {
+                        let body = body.unwrap_or_else(|| {
+                            let mut v = Vec::with_capacity(1024);
+                            parts.compose(&job, &mut v);
+                            Bytes::from(v)
+                        });
+                        written.insert(id, body);
+                    }
                     if job.state.is_terminal() {
                         self.cache.remove(id);
                     } else {
@@ -277,7 +289,7 @@ impl Txn {
                     }
                 }
                 None => {
-                    self.batch.delete(Space::Job, id.as_bytes());
+                    super::stored::delete(&mut self.batch, id);
                     self.cache.remove(id);
                 }
             }
@@ -302,12 +314,8 @@ pub fn resolve(
             parts.compose(job, &mut buf);
             return Ok(Bytes::from(buf));
         }
-        let raw = store
-            .get(Space::Job, id.as_bytes())
-            .map_err(backend)?
-            .ok_or_else(|| OjsError::new(ErrorCode::NotFound, format!("job {id} not found")))?;
-        let record = decode_record(&raw).ok_or_else(|| backend("bad record"))?;
-        Ok(Bytes::copy_from_slice(record.body))
+        load_body(store, *id)?
+            .ok_or_else(|| OjsError::new(ErrorCode::NotFound, format!("job {id} not found")))
     };
     match out {
         Out::Answer(a) => a,
@@ -332,7 +340,7 @@ mod tests {
     #[test]
     fn a_push_reply_body_is_reused_only_while_its_job_is_unchanged() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::FjallStore::open(dir.path(), 1 << 20).unwrap();
+        let mut store = crate::store::FjallStore::open(dir.path(), 1 << 20).unwrap();
         let (a, ja, pa) = job(1);
         let (b, jb, pb) = job(2);
         let mut txn = Txn::default();
@@ -347,6 +355,9 @@ mod tests {
         let claimed = txn.job_mut(&store, b).unwrap();
         claimed.state = State::Active;
         claimed.attempt = 1;
+        for id in [a, b] {
+            txn.reply(oneshot::channel().0, Out::Job(id));
+        }
         let written = txn.seal(|_| 1);
         let json =
             |id: Uuid| -> serde_json::Value { serde_json::from_slice(&written[&id]).unwrap() };
@@ -356,16 +367,14 @@ mod tests {
             (json(b)["state"].clone(), json(b)["attempt"].clone()),
             ("active".into(), 1.into())
         );
-        // The records stored are what `written` says.
-        for op in &txn.batch.ops {
-            let crate::store::Op::Put(_, rec) = op else {
-                panic!("only puts expected")
-            };
-            let body = decode_record(rec).unwrap().body;
-            let id = if body == &written[&a][..] { a } else { b };
-            assert_eq!(body, &written[&id][..]);
+        // Two new jobs: a job record and a state record each.
+        assert_eq!(txn.batch.ops.len(), 4);
+        store.commit(std::mem::take(&mut txn.batch)).unwrap();
+        // What is stored composes back to what `written` says, byte for byte.
+        for id in [a, b] {
+            let stored = load_body(&store, id).unwrap().unwrap();
+            assert_eq!(stored, written[&id]);
         }
-        assert_eq!(txn.batch.ops.len(), 2);
     }
 
     #[test]

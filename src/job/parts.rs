@@ -6,14 +6,14 @@
 //! system part between the two. The result is byte for byte what serializing `Job` gives
 //! (checked by the tests here and, in debug builds, on every write).
 
-use super::{ts, Job, RetryPolicy, State};
+use super::{format_ts, Job, RetryPolicy, State};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// The encoded client-supplied attributes of one job.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Parts {
     /// `{"specversion":...` up to and without the comma before `state`.
     core: Bytes,
@@ -44,36 +44,105 @@ struct CoreView<'a> {
     schema: Option<&'a str>,
 }
 
-#[derive(Serialize)]
-struct SystemView<'a> {
-    state: State,
-    attempt: u32,
-    #[serde(with = "ts")]
-    created_at: DateTime<Utc>,
-    #[serde(with = "ts::opt", skip_serializing_if = "Option::is_none")]
-    enqueued_at: Option<DateTime<Utc>>,
-    #[serde(with = "ts::opt", skip_serializing_if = "Option::is_none")]
-    started_at: Option<DateTime<Utc>>,
-    #[serde(with = "ts::opt", skip_serializing_if = "Option::is_none")]
-    completed_at: Option<DateTime<Utc>>,
-    #[serde(with = "ts::opt", skip_serializing_if = "Option::is_none")]
-    cancelled_at: Option<DateTime<Utc>>,
-    #[serde(with = "ts::opt", skip_serializing_if = "Option::is_none")]
-    discarded_at: Option<DateTime<Utc>>,
-    #[serde(with = "ts::opt", skip_serializing_if = "Option::is_none")]
-    next_retry_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a Value>,
-    #[serde(skip_serializing_if = "no_values")]
-    errors: &'a [Value],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<&'a Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    worker_id: Option<&'a str>,
+/// A JSON value of the system part: decoded, or as stored (already valid JSON).
+#[derive(Debug, Clone, Copy)]
+pub enum JsonRef<'a> {
+    Value(&'a Value),
+    /// An array of values (the error history).
+    Values(&'a [Value]),
+    Raw(&'a [u8]),
 }
 
-fn no_values(v: &&[Value]) -> bool {
-    v.is_empty()
+/// The system-managed attributes of ojs-core §5.3, in the envelope's order. Written by
+/// hand (`write_to`) so that they can come from a `Job` or straight from a stored state
+/// record; in debug builds `Parts::compose` checks the result against serde's.
+#[derive(Debug, Clone, Copy)]
+pub struct System<'a> {
+    pub state: State,
+    pub attempt: u32,
+    pub created_at: DateTime<Utc>,
+    pub enqueued_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub cancelled_at: Option<DateTime<Utc>>,
+    pub discarded_at: Option<DateTime<Utc>>,
+    pub next_retry_at: Option<DateTime<Utc>>,
+    pub error: Option<JsonRef<'a>>,
+    /// `None` for an empty history (which the envelope leaves out).
+    pub errors: Option<JsonRef<'a>>,
+    pub result: Option<JsonRef<'a>>,
+    pub worker_id: Option<&'a str>,
+}
+
+impl<'a> System<'a> {
+    pub fn of(job: &'a Job) -> System<'a> {
+        System {
+            state: job.state,
+            attempt: job.attempt,
+            created_at: job.created_at,
+            enqueued_at: job.enqueued_at,
+            started_at: job.started_at,
+            completed_at: job.completed_at,
+            cancelled_at: job.cancelled_at,
+            discarded_at: job.discarded_at,
+            next_retry_at: job.next_retry_at,
+            error: job.error.as_ref().map(JsonRef::Value),
+            errors: (!job.errors.is_empty()).then_some(JsonRef::Values(&job.errors)),
+            result: job.result.as_ref().map(JsonRef::Value),
+            worker_id: job.worker_id.as_deref(),
+        }
+    }
+
+    /// The members, without braces: `"state":"...","attempt":N,...`.
+    fn write_to(&self, out: &mut Vec<u8>) {
+        use std::io::Write;
+        let _ = write!(
+            out,
+            "\"state\":\"{}\",\"attempt\":{},\"created_at\":\"{}\"",
+            self.state.as_str(),
+            self.attempt,
+            format_ts(self.created_at)
+        );
+        let times = [
+            ("enqueued_at", self.enqueued_at),
+            ("started_at", self.started_at),
+            ("completed_at", self.completed_at),
+            ("cancelled_at", self.cancelled_at),
+            ("discarded_at", self.discarded_at),
+            ("next_retry_at", self.next_retry_at),
+        ];
+        for (name, t) in times {
+            if let Some(t) = t {
+                let _ = write!(out, ",\"{name}\":\"{}\"", format_ts(t));
+            }
+        }
+        let json = |out: &mut Vec<u8>, name: &str, v: JsonRef<'_>| {
+            let _ = write!(out, ",\"{name}\":");
+            match v {
+                // Serializing values into a Vec cannot fail.
+                JsonRef::Value(v) => {
+                    let _ = serde_json::to_writer(&mut *out, v);
+                }
+                JsonRef::Values(v) => {
+                    let _ = serde_json::to_writer(&mut *out, v);
+                }
+                JsonRef::Raw(b) => out.extend_from_slice(b),
+            }
+        };
+        if let Some(e) = self.error {
+            json(out, "error", e);
+        }
+        if let Some(e) = self.errors {
+            json(out, "errors", e);
+        }
+        if let Some(r) = self.result {
+            json(out, "result", r);
+        }
+        if let Some(w) = self.worker_id {
+            out.extend_from_slice(b",\"worker_id\":");
+            let _ = serde_json::to_writer(&mut *out, w);
+        }
+    }
 }
 
 /// The JSON of an object without its closing brace (and, with `open`, its opening one).
@@ -124,40 +193,52 @@ impl Parts {
         }
     }
 
+    /// The client part as stored: the JSON from `{` up to the system part, and the
+    /// unknown attributes after it (empty, or starting with a comma).
+    pub fn core(&self) -> &[u8] {
+        &self.core
+    }
+
+    pub fn extra(&self) -> &[u8] {
+        &self.extra
+    }
+
+    /// The parts as `core` and `extra` gave them, or `None` if they cannot be the two
+    /// halves of an envelope (a damaged record).
+    pub fn from_stored(core: &[u8], extra: &[u8]) -> Option<Parts> {
+        let core_ok = core.first() == Some(&b'{') && core.len() > 1 && core.last() != Some(&b',');
+        let extra_ok = extra.is_empty() || (extra.first() == Some(&b',') && extra.len() > 1);
+        (core_ok && extra_ok).then(|| Parts {
+            core: Bytes::copy_from_slice(core),
+            extra: Bytes::copy_from_slice(extra),
+        })
+    }
+
     /// Append the job's JSON, with its current system attributes, to `out`.
     pub fn compose(&self, job: &Job, out: &mut Vec<u8>) {
-        let system = SystemView {
-            state: job.state,
-            attempt: job.attempt,
-            created_at: job.created_at,
-            enqueued_at: job.enqueued_at,
-            started_at: job.started_at,
-            completed_at: job.completed_at,
-            cancelled_at: job.cancelled_at,
-            discarded_at: job.discarded_at,
-            next_retry_at: job.next_retry_at,
-            error: job.error.as_ref(),
-            errors: &job.errors,
-            result: job.result.as_ref(),
-            worker_id: job.worker_id.as_deref(),
-        };
-        out.reserve(self.core.len() + self.extra.len() + 256);
-        out.extend_from_slice(&self.core);
-        out.push(b',');
         let start = out.len();
-        // Drop the system object's own braces: its members join the envelope's.
-        if serde_json::to_writer(&mut *out, &system).is_ok() && out.len() > start + 1 {
-            out.remove(start);
-            out.pop();
-        }
-        out.extend_from_slice(&self.extra);
-        out.push(b'}');
+        write_envelope(&self.core, &self.extra, &System::of(job), out);
         debug_assert!(
-            serde_json::to_vec(job).is_ok_and(|full| out.ends_with(&full)),
+            serde_json::to_vec(job).is_ok_and(|full| out[start..] == full[..]),
             "job {}: a client-supplied attribute changed after its parts were encoded",
             job.id
         );
     }
+}
+
+/// Append the envelope of a stored job: its client part as stored (`core`, `extra`, as
+/// `Parts` holds them) around the system part `system` (from its state record).
+pub fn compose_stored(core: &[u8], extra: &[u8], system: &System<'_>, out: &mut Vec<u8>) {
+    write_envelope(core, extra, system, out);
+}
+
+fn write_envelope(core: &[u8], extra: &[u8], system: &System<'_>, out: &mut Vec<u8>) {
+    out.reserve(core.len() + extra.len() + 256);
+    out.extend_from_slice(core);
+    out.push(b',');
+    system.write_to(out);
+    out.extend_from_slice(extra);
+    out.push(b'}');
 }
 
 #[cfg(test)]

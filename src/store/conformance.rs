@@ -369,7 +369,7 @@ fn the_marker_names_the_store(kind: StoreKind) {
         s.commit(b).unwrap();
     }
     let marker = std::fs::read_to_string(data.join(MARKER_FILE)).unwrap();
-    assert_eq!(marker, format!("{kind} 1\n"));
+    assert_eq!(marker, format!("{kind} 2\n"));
     assert_eq!(written_by(&data).unwrap(), Some(kind));
 
     let listing = || {
@@ -407,12 +407,27 @@ fn the_marker_names_the_store(kind: StoreKind) {
     assert_eq!(s.get(Space::Job, b"a").unwrap(), Some(b"1".to_vec()));
     assert_eq!(
         std::fs::read_to_string(data.join(MARKER_FILE)).unwrap(),
-        format!("{kind} 1\n")
+        format!("{kind} 2\n")
     );
     drop(s);
 
+    // The previous layout is read, and marked with the current one once opened.
+    std::fs::write(data.join(MARKER_FILE), format!("{kind} 1\n")).unwrap();
+    assert_eq!(written_by(&data).unwrap(), Some(kind));
+    drop(super::open(kind, &data, 1 << 20).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(data.join(MARKER_FILE)).unwrap(),
+        format!("{kind} 2\n")
+    );
+
     // A marker this build does not understand is refused by both stores.
-    for text in ["redb 1\n", &format!("{kind} 2\n"), "", "fjall one\n"] {
+    for text in [
+        "redb 1\n",
+        &format!("{kind} 3\n"),
+        &format!("{kind} 0\n"),
+        "",
+        "fjall one\n",
+    ] {
         std::fs::write(data.join(MARKER_FILE), text).unwrap();
         for k in KINDS {
             match super::open(k, &data, 1 << 20) {

@@ -49,11 +49,17 @@ impl StoreKind {
     }
 
     /// The layout version of ojsd's data under this store, written into the marker. A later
-    /// change of layout (keyspaces, key encoding) raises it, so that an older ojsd refuses
-    /// a directory it would misread.
+    /// change of layout (keyspaces, key encoding, record versions) raises it, so that an
+    /// older ojsd refuses a directory it would misread. 2: jobs are stored as a job record
+    /// and a state record (an ojsd that knows only 1 would skip them as unreadable). Every
+    /// format from [`StoreKind::OLDEST_FORMAT`] on is read; opening a directory of an older
+    /// one marks it with this one.
     pub fn format(self) -> u32 {
-        1
+        2
     }
+
+    /// The oldest layout this build still reads.
+    pub const OLDEST_FORMAT: u32 = 1;
 
     fn from_name(name: &str) -> Option<StoreKind> {
         match name {
@@ -271,7 +277,11 @@ pub fn written_by(dir: &Path) -> StoreResult<Option<StoreKind>> {
             let kind = words.next().and_then(StoreKind::from_name);
             let format = words.next().and_then(|v| v.parse::<u32>().ok());
             match (kind, format, words.next()) {
-                (Some(kind), Some(format), None) if format == kind.format() => Ok(Some(kind)),
+                (Some(kind), Some(format), None)
+                    if (StoreKind::OLDEST_FORMAT..=kind.format()).contains(&format) =>
+                {
+                    Ok(Some(kind))
+                }
                 _ => Err(StoreError::UnknownMarker {
                     path,
                     text: line.to_string(),
@@ -325,7 +335,11 @@ pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dy
         StoreKind::Sled => Box::new(SledStore::open(dir, cache_bytes)?),
     };
     // Only now, with the store's lock held: a second ojsd refused as Locked writes nothing.
-    if !dir.join(MARKER_FILE).exists() {
+    // An older format's marker is raised to this one, since what is written from now on
+    // an older ojsd would misread.
+    let current = format!("{kind} {}", kind.format());
+    let marked = std::fs::read_to_string(dir.join(MARKER_FILE)).ok();
+    if marked.as_deref().map(str::trim) != Some(current.as_str()) {
         write_marker(dir, kind)?;
     }
     Ok(store)
