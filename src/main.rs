@@ -69,6 +69,11 @@ struct Args {
     /// How long an empty FETCH waits for a job, milliseconds.
     #[arg(long, env = "OJSD_FETCH_WAIT_MS", default_value_t = 2000)]
     fetch_wait_ms: u64,
+    /// Sync each group commit on a second thread while the engine applies the next batch
+    /// (true), or sync on the engine thread (false). Replies wait for their own batch to
+    /// be durable either way.
+    #[arg(long, env = "OJSD_COMMIT_PIPELINE", default_value_t = false, action = clap::ArgAction::Set)]
+    commit_pipeline: bool,
     /// Most bytes of unfinished jobs (encoded envelopes) held at once; a PUSH past it is
     /// refused with QUEUE_FULL. 0 = no limit.
     #[arg(long, env = "OJSD_MAX_QUEUED_BYTES", default_value_t = engine::DEFAULT_MAX_QUEUED_BYTES)]
@@ -268,6 +273,7 @@ fn run(args: Args) -> Result<(), String> {
         fetch_wait: Duration::from_millis(args.fetch_wait_ms),
         test_clock: args.test_clock,
         max_queued_bytes: args.max_queued_bytes,
+        commit_pipeline: args.commit_pipeline,
         ..Config::default()
     };
     let (handle, engine_thread) =

@@ -223,8 +223,11 @@ impl Engine {
         limit: usize,
         live: bool,
     ) -> OjsResult<Page> {
+        // Events past the head are logged but not yet durable (a pipelined commit): they
+        // are neither read nor missed, since the live feed publishes them once durable.
+        let head = self.event_head();
         let from = match start {
-            Start::Live => self.events.next,
+            Start::Live => head,
             Start::After(c) => {
                 let from = c.saturating_add(1);
                 if from < self.events.oldest {
@@ -236,16 +239,19 @@ impl Engine {
                         ),
                     ));
                 }
-                from.min(self.events.next)
+                from.min(head)
             }
-            Start::Since(t) => self.cursor_at(t)?,
+            Start::Since(t) => self.cursor_at(t)?.min(head),
         };
         let mut out = Vec::new();
         let mut last = from.saturating_sub(1);
         let mut scanned = 0usize;
         let mut unreadable = None;
-        if from < self.events.next {
+        if from < head {
             let bad = self.scan_log(from, &mut |c, json| {
+                if c >= head {
+                    return false;
+                }
                 match events::decode(c, json) {
                     Some((e, _)) => {
                         if filter.matches(&e) {
@@ -263,7 +269,7 @@ impl Engine {
         if let Some(c) = unreadable {
             tracing::warn!(cursor = c, "unreadable event record skipped");
         }
-        let at_head = last.saturating_add(1) >= self.events.next;
+        let at_head = last.saturating_add(1) >= head;
         let live = if at_head && live {
             let (tx, rx) = mpsc::channel(LIVE_BUFFER);
             self.events.subs.push(LiveSub { filter, tx });
@@ -274,7 +280,7 @@ impl Engine {
         Ok(Page {
             events: out,
             last: if at_head {
-                self.events.next.saturating_sub(1)
+                head.saturating_sub(1)
             } else {
                 last
             },

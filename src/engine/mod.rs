@@ -6,6 +6,7 @@
 mod admin;
 pub mod api;
 mod clock;
+mod commit;
 mod cron;
 mod events;
 mod hooks;
@@ -74,6 +75,9 @@ pub struct Config {
     pub max_queued_bytes: u64,
     pub test_clock: bool,
     pub events: EventConfig,
+    /// Sync each batch on a second thread while the engine applies the next one
+    /// (`--commit-pipeline`; see `commit.rs`).
+    pub commit_pipeline: bool,
 }
 
 impl Default for Config {
@@ -90,6 +94,7 @@ impl Default for Config {
             max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
             test_clock: false,
             events: EventConfig::default(),
+            commit_pipeline: false,
         }
     }
 }
@@ -155,6 +160,13 @@ enum Msg {
     Metrics {
         reply: oneshot::Sender<String>,
     },
+    /// From the syncer: groups up to `upto` are durable (or the sync failed).
+    Synced {
+        upto: u64,
+        failed: Option<String>,
+    },
+    /// From the syncer: jobs claimed by FETCH replies whose connection had gone.
+    Undelivered(Vec<uuid::Uuid>),
     Shutdown,
 }
 
@@ -323,6 +335,8 @@ pub struct Engine {
     workflows: workflow::Workflows,
     /// The last minutes at a glance, for OVERVIEW.
     overview: admin::Overview,
+    /// The syncer, when commits are pipelined.
+    pipeline: Option<commit::Pipeline>,
 }
 
 /// Open the engine over a store: rebuild the index, then run it on its own thread.
@@ -361,7 +375,12 @@ pub fn start(
         cron: Default::default(),
         workflows: Default::default(),
         overview: Default::default(),
+        pipeline: None,
     };
+    if engine.cfg.commit_pipeline {
+        let syncer = engine.store.syncer()?;
+        engine.pipeline = Some(commit::Pipeline::start(syncer, tx.clone())?);
+    }
     engine.rebuild()?;
     engine.rebuild_cron()?;
     engine.rebuild_events()?;
@@ -435,6 +454,8 @@ impl Engine {
                     Msg::Metrics { reply } => {
                         let _ = reply.send(self.metrics.render(&self.index));
                     }
+                    Msg::Synced { upto, failed } => self.synced(upto, failed),
+                    Msg::Undelivered(ids) => self.undelivered.extend(ids),
                     Msg::Shutdown => stopping = true,
                 }
             }
@@ -459,43 +480,13 @@ impl Engine {
                 let _ = reply.send(self.read_events(filter, start, limit, live));
             }
             if stopping {
+                if let Some(p) = self.pipeline.as_mut() {
+                    p.finish();
+                }
                 tracing::info!("engine stopped after its last commit");
                 return Ok(());
             }
         }
-    }
-
-    /// Durably commit the batch, then send its replies. A failed commit leaves memory ahead
-    /// of disk, so the engine refuses to continue: the process restarts from the store.
-    fn commit(&mut self, mut txn: Txn) -> Result<(), StoreError> {
-        let index = &self.index;
-        let written = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
-        Self::log_events(&mut txn);
-        let batch = std::mem::take(&mut txn.batch);
-        if let Err(e) = self.store.commit(batch) {
-            tracing::error!(error = %e, "commit failed; stopping the engine");
-            for (to, _) in txn.out {
-                let _ = to.send(Err(OjsError::new(
-                    ErrorCode::BackendError,
-                    format!("commit failed: {e}"),
-                )));
-            }
-            return Err(e);
-        }
-        self.cache = std::mem::take(&mut txn.cache);
-        for (to, out) in txn.out {
-            let claimed = match &out {
-                Out::Claimed { ids, .. } => Some(ids.clone()),
-                _ => None,
-            };
-            let reply = txn::resolve(out, &written, &self.cache, self.store.as_ref());
-            if to.send(reply).is_err() {
-                // The connection went away before its FETCH was answered.
-                self.undelivered.extend(claimed.into_iter().flatten());
-            }
-        }
-        self.publish(&txn.events);
-        Ok(())
     }
 
     fn handle(&mut self, req: Request, txn: &mut Txn) {

@@ -269,12 +269,22 @@ fn commits_survive_reopen(kind: StoreKind) {
 /// file, in a child process killed with SIGKILL at a random moment: after reopening, every
 /// batch is there whole or not at all, in every space.
 fn a_killed_writer_leaves_whole_batches(kind: StoreKind) {
+    killed_writer(kind, "commit");
+}
+
+/// The same with `write` and a `Syncer` on another thread (a pipelined commit): batches
+/// are whole and in order, and every batch written before a sync that returned survives.
+fn a_killed_pipelined_writer_keeps_every_synced_batch(kind: StoreKind) {
+    killed_writer(kind, "write");
+}
+
+fn killed_writer(kind: StoreKind, mode: &str) {
     const CHILD_TEST: &str = "store::conformance::crash_child";
     for round in 0..4 {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, format!("{kind}:{}", dir.path().display()))
+            .env(CHILD_ENV, format!("{kind}:{mode}:{}", dir.path().display()))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -313,6 +323,13 @@ fn a_killed_writer_leaves_whole_batches(kind: StoreKind) {
         for (k, v) in jobs.iter().chain(&events).chain(&workflows) {
             assert!(v.iter().all(|b| *b == k[3]), "{kind}: a torn value");
         }
+        if let Ok(synced) = std::fs::read_to_string(dir.path().join("synced")) {
+            let synced: usize = synced.trim().parse().unwrap();
+            assert!(
+                n >= synced,
+                "{kind} {mode}: {synced} batches were synced, {n} survived"
+            );
+        }
     }
 }
 
@@ -326,10 +343,29 @@ fn crash_child() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let (kind, dir) = spec.split_once(':').unwrap();
+    let mut parts = spec.splitn(3, ':');
+    let (kind, mode, dir) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
     let kind = StoreKind::from_name(kind).unwrap();
     let dir = PathBuf::from(dir);
     let mut s = open_kind(kind, &dir.join("db"));
+    // `write` mode: a syncer thread syncs whenever told how many batches were written, then
+    // records that count (written to a temporary file and renamed, so it is never torn).
+    let (tx, rx) = std::sync::mpsc::sync_channel::<u32>(1);
+    if mode == "write" {
+        let mut syncer = s.syncer().unwrap();
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            for written in rx {
+                syncer.sync().unwrap();
+                std::fs::write(dir.join("synced.tmp"), written.to_string()).unwrap();
+                std::fs::rename(dir.join("synced.tmp"), dir.join("synced")).unwrap();
+            }
+        });
+    }
     std::fs::write(dir.join("started"), b"").unwrap();
     for i in 0u32.. {
         let key = i.to_be_bytes();
@@ -338,7 +374,14 @@ fn crash_child() {
             b.put(space, &key, vec![key[3]; 24 * 1024]);
         }
         b.put(Space::Meta, b"last", key.to_vec());
-        s.commit(b).unwrap();
+        if mode == "write" {
+            s.write(b).unwrap();
+            // Written batches are read at once, before any sync.
+            assert!(s.get(Space::Meta, b"last").unwrap() == Some(key.to_vec()));
+            let _ = tx.try_send(i + 1);
+        } else {
+            s.commit(b).unwrap();
+        }
     }
 }
 
@@ -458,6 +501,7 @@ macro_rules! each_check {
             ops_in_a_batch_apply_in_order,
             commits_survive_reopen,
             a_killed_writer_leaves_whole_batches,
+            a_killed_pipelined_writer_keeps_every_synced_batch,
             a_second_open_is_locked,
             the_marker_names_the_store,
         );

@@ -71,7 +71,7 @@
 //! like a crash does. The `lock` file is released when the process ends.
 
 use super::{
-    allocated_bytes, ensure_dir, Batch, Bounds, Op, Space, Store, StoreError, StoreResult,
+    allocated_bytes, ensure_dir, Batch, Bounds, Op, Space, Store, StoreError, StoreResult, Syncer,
 };
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::path::{Path, PathBuf};
@@ -168,29 +168,13 @@ impl FjallStore {
     fn ks(&self, space: Space) -> &Keyspace {
         &self.spaces[space.index()]
     }
-}
 
-/// The space and the key within it; fjall takes keys of 1 to 65,535 bytes (and panics on
-/// others), which every key ojsd writes is.
-fn split(key: &[u8]) -> StoreResult<(Space, &[u8])> {
-    match Space::split(key) {
-        Some((space, k)) if !k.is_empty() && k.len() <= usize::from(u16::MAX) => Ok((space, k)),
-        Some((space, k)) => Err(StoreError::Backend(format!(
-            "a {space:?} key of {} bytes; keys are 1 to 65535 bytes",
-            k.len()
-        ))),
-        None => Err(StoreError::Backend(format!(
-            "a key without a known space prefix: {key:?}"
-        ))),
-    }
-}
-
-impl Store for FjallStore {
-    fn commit(&mut self, batch: Batch) -> StoreResult<()> {
+    /// One fjall write batch of `batch`'s ops, synced when `durability` says so.
+    fn apply(&mut self, batch: Batch, durability: Option<PersistMode>) -> StoreResult<()> {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut b = self.db.batch().durability(Some(PersistMode::SyncAll));
+        let mut b = self.db.batch().durability(durability);
         // The items of one fjall batch share one sequence number, so two writes of a key in
         // a batch would be two versions that no order tells apart. Keep only the last op on
         // each key, which is what applying the ops in order means.
@@ -217,6 +201,46 @@ impl Store for FjallStore {
             }
         }
         b.commit().map_err(err)
+    }
+}
+
+/// `persist(SyncAll)` of the journal from another thread. fjall holds its journal lock
+/// while it syncs, so a `write` in the meantime waits for the sync to end; what overlaps
+/// is the writer's work before its next `write`.
+struct FjallSyncer(Database);
+
+impl Syncer for FjallSyncer {
+    fn sync(&mut self) -> StoreResult<()> {
+        self.0.persist(PersistMode::SyncAll).map_err(err)
+    }
+}
+
+/// The space and the key within it; fjall takes keys of 1 to 65,535 bytes (and panics on
+/// others), which every key ojsd writes is.
+fn split(key: &[u8]) -> StoreResult<(Space, &[u8])> {
+    match Space::split(key) {
+        Some((space, k)) if !k.is_empty() && k.len() <= usize::from(u16::MAX) => Ok((space, k)),
+        Some((space, k)) => Err(StoreError::Backend(format!(
+            "a {space:?} key of {} bytes; keys are 1 to 65535 bytes",
+            k.len()
+        ))),
+        None => Err(StoreError::Backend(format!(
+            "a key without a known space prefix: {key:?}"
+        ))),
+    }
+}
+
+impl Store for FjallStore {
+    fn write(&mut self, batch: Batch) -> StoreResult<()> {
+        self.apply(batch, None)
+    }
+
+    fn commit(&mut self, batch: Batch) -> StoreResult<()> {
+        self.apply(batch, Some(PersistMode::SyncAll))
+    }
+
+    fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
+        Ok(Box::new(FjallSyncer(self.db.clone())))
     }
 
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {

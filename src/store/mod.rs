@@ -232,6 +232,13 @@ impl Batch {
 pub trait Store: Send + Sync {
     /// Apply every op atomically and make it durable before returning.
     fn commit(&mut self, batch: Batch) -> StoreResult<()>;
+    /// Apply every op atomically, visible to reads at once but durable only once a
+    /// [`Syncer`] of this store has synced after it (a crash before that loses the batch
+    /// whole, never part of it; later batches are never kept without earlier ones).
+    fn write(&mut self, batch: Batch) -> StoreResult<()>;
+    /// A handle with which another thread makes every write so far durable, so the writer
+    /// can apply its next batch while the last one is being synced.
+    fn syncer(&self) -> StoreResult<Box<dyn Syncer>>;
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
     /// Visit every record of a space in key order; the callback gets the key without prefix.
     fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()>;
@@ -252,6 +259,12 @@ pub trait Store: Send + Sync {
     fn size_on_disk(&self) -> StoreResult<u64>;
     /// Which implementation this is (`fjall`, `sled`).
     fn name(&self) -> &'static str;
+}
+
+/// Makes a store's writes durable from another thread (see [`Store::write`]).
+pub trait Syncer: Send {
+    /// Make every write that returned before this call durable.
+    fn sync(&mut self) -> StoreResult<()>;
 }
 
 /// The data directory's record of which store wrote it: one line, `<store> <format>`.

@@ -6,13 +6,19 @@
 //! commit is `apply_batch` + `flush` + `fsync` of the log file and of any new blob file.
 //! The segment size is raised so that values up to several MiB stay inline in the log.
 
-use super::{ensure_dir, Batch, Op, Space, Store, StoreError, StoreResult};
+use super::{ensure_dir, Batch, Op, Space, Store, StoreError, StoreResult, Syncer};
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 pub struct SledStore {
     db: sled::Db,
+    dir: PathBuf,
+    files: Files,
+}
+
+/// What a sled commit fsyncs after `flush`: the log file and every new blob file.
+struct Files {
     dir: PathBuf,
     log_file: File,
     synced_blobs: HashSet<std::ffi::OsString>,
@@ -66,17 +72,22 @@ impl SledStore {
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
         }
-        let mut store = SledStore {
-            db,
+        let mut files = Files {
             dir: dir.to_path_buf(),
             log_file,
             synced_blobs: HashSet::new(),
         };
-        store.sync_files()?;
-        Ok(store)
+        files.sync()?;
+        Ok(SledStore {
+            db,
+            dir: dir.to_path_buf(),
+            files,
+        })
     }
+}
 
-    fn sync_files(&mut self) -> StoreResult<()> {
+impl Files {
+    fn sync(&mut self) -> StoreResult<()> {
         self.log_file.sync_all()?;
         let blobs = self.dir.join("blobs");
         let Ok(entries) = std::fs::read_dir(&blobs) else {
@@ -98,8 +109,30 @@ impl SledStore {
     }
 }
 
+/// `flush` + the fsyncs of a commit, from another thread.
+struct SledSyncer {
+    db: sled::Db,
+    files: Files,
+}
+
+impl Syncer for SledSyncer {
+    fn sync(&mut self) -> StoreResult<()> {
+        self.db.flush().map_err(err)?;
+        self.files.sync()
+    }
+}
+
 impl Store for SledStore {
     fn commit(&mut self, batch: Batch) -> StoreResult<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.write(batch)?;
+        self.db.flush().map_err(err)?;
+        self.files.sync()
+    }
+
+    fn write(&mut self, batch: Batch) -> StoreResult<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -110,9 +143,18 @@ impl Store for SledStore {
                 Op::Delete(k) => b.remove(k),
             }
         }
-        self.db.apply_batch(b).map_err(err)?;
-        self.db.flush().map_err(err)?;
-        self.sync_files()
+        self.db.apply_batch(b).map_err(err)
+    }
+
+    fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
+        Ok(Box::new(SledSyncer {
+            db: self.db.clone(),
+            files: Files {
+                dir: self.dir.clone(),
+                log_file: self.files.log_file.try_clone()?,
+                synced_blobs: HashSet::new(),
+            },
+        }))
     }
 
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {

@@ -6,7 +6,7 @@
 //! commit with the default `Durability::Immediate` (the commit returns after fsync), a
 //! bounded page cache.
 
-use ojsd::store::{Batch, Bounds, Op, Space, Store, StoreError, StoreResult};
+use ojsd::store::{Batch, Bounds, Op, Space, Store, StoreError, StoreResult, Syncer};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 
@@ -52,7 +52,24 @@ impl RedbStore {
     }
 }
 
+/// `write` already commits durably here, so there is nothing left to sync.
+struct Synced;
+
+impl Syncer for Synced {
+    fn sync(&mut self) -> StoreResult<()> {
+        Ok(())
+    }
+}
+
 impl Store for RedbStore {
+    fn write(&mut self, batch: Batch) -> StoreResult<()> {
+        self.commit(batch)
+    }
+
+    fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
+        Ok(Box::new(Synced))
+    }
+
     fn commit(&mut self, batch: Batch) -> StoreResult<()> {
         if batch.is_empty() {
             return Ok(());

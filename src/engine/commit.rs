@@ -1,0 +1,213 @@
+//! Committing a batch: its writes go to the store in one atomic batch, and its replies and
+//! events are released only once that batch is durable.
+//!
+//! Two ways, chosen by `--commit-pipeline`:
+//! - **inline** (the default): the engine thread writes and syncs (`Store::commit`), then
+//!   replies. While the store syncs, the engine does nothing else.
+//! - **pipelined**: the engine thread writes the batch (`Store::write`: applied, visible to
+//!   reads, not yet durable) and hands its replies to the syncer thread (`ojsd-sync`), which
+//!   syncs (`Syncer::sync`, covering every batch written so far) and then sends them. The
+//!   engine meanwhile applies the next batch. Events are published to live subscribers, and
+//!   event reads see them, only once the syncer reports their batch durable
+//!   (`Msg::Synced`), so nothing is seen that a crash could take back. A reply never leaves
+//!   before its own batch is durable, and since a store keeps batches in order, nothing a
+//!   reply could have observed is lost either.
+
+use super::txn::{self, Out, Txn};
+use super::{Engine, Msg};
+use crate::engine::api::Answered;
+use crate::error::{ErrorCode, OjsError};
+use crate::events::Event;
+use crate::store::{StoreError, Syncer};
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::VecDeque;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+/// Batches handed to the syncer and not yet synced, at most; the engine waits past that.
+const MAX_UNSYNCED: usize = 8;
+
+/// One batch's replies, waiting for durability. `claimed` is what a FETCH reply holds, to
+/// put back if its connection went away.
+struct Group {
+    no: u64,
+    replies: Vec<(oneshot::Sender<Answered>, Answered, Vec<Uuid>)>,
+}
+
+/// The engine's side of a pipelined commit.
+pub(super) struct Pipeline {
+    tx: Option<Sender<Group>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Number of the last group handed to the syncer.
+    written: u64,
+    /// Events of written batches not yet durable, by group, oldest first.
+    unpublished: VecDeque<(u64, Vec<Event>)>,
+    /// Set once a sync failed: the engine must stop.
+    failed: Option<String>,
+}
+
+impl Pipeline {
+    /// Start the syncer thread; it reports to the engine's own channel.
+    pub(super) fn start(syncer: Box<dyn Syncer>, engine: Sender<Msg>) -> std::io::Result<Pipeline> {
+        let (tx, rx) = crossbeam_channel::bounded(MAX_UNSYNCED);
+        let thread = std::thread::Builder::new()
+            .name("ojsd-sync".into())
+            .spawn(move || sync_loop(syncer, rx, engine))?;
+        Ok(Pipeline {
+            tx: Some(tx),
+            thread: Some(thread),
+            written: 0,
+            unpublished: VecDeque::new(),
+            failed: None,
+        })
+    }
+
+    /// The first event cursor not yet durable, if any batch holding events is in flight.
+    fn first_unpublished(&self) -> Option<u64> {
+        self.unpublished
+            .iter()
+            .find_map(|(_, events)| events.first().map(|e| e.cursor))
+    }
+
+    /// Let every handed-over group be synced and answered (at shutdown).
+    pub(super) fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The syncer thread: take every waiting group, sync once, answer them all.
+fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: Sender<Msg>) {
+    let mut failed: Option<String> = None;
+    while let Ok(first) = rx.recv() {
+        let mut groups = vec![first];
+        groups.extend(rx.try_iter());
+        let upto = groups.last().map_or(0, |g| g.no);
+        if failed.is_none() {
+            if let Err(e) = syncer.sync() {
+                tracing::error!(error = %e, "sync failed; stopping the engine");
+                failed = Some(e.to_string());
+            }
+        }
+        // Reported before any reply leaves, so that whatever a client sends after its reply
+        // reaches the engine after this: a subscription opened then starts past these events.
+        let _ = engine.send(Msg::Synced {
+            upto,
+            failed: failed.clone(),
+        });
+        let mut undelivered = Vec::new();
+        for group in groups {
+            for (to, answer, claimed) in group.replies {
+                let answer = match &failed {
+                    Some(e) => Err(OjsError::new(
+                        ErrorCode::BackendError,
+                        format!("commit failed: {e}"),
+                    )),
+                    None => answer,
+                };
+                if to.send(answer).is_err() {
+                    undelivered.extend(claimed);
+                }
+            }
+        }
+        if !undelivered.is_empty() {
+            let _ = engine.send(Msg::Undelivered(undelivered));
+        }
+    }
+}
+
+impl Engine {
+    /// The cursor up to which (excluded) logged events are durable and may be read.
+    pub(super) fn event_head(&self) -> u64 {
+        self.pipeline
+            .as_ref()
+            .and_then(Pipeline::first_unpublished)
+            .unwrap_or(self.events.next)
+    }
+
+    /// The syncer made groups up to `upto` durable: publish their events.
+    pub(super) fn synced(&mut self, upto: u64, failed: Option<String>) {
+        let Some(p) = self.pipeline.as_mut() else {
+            return;
+        };
+        if failed.is_some() {
+            p.failed = failed;
+        }
+        let mut durable = Vec::new();
+        while p.unpublished.front().is_some_and(|(no, _)| *no <= upto) {
+            if let Some((_, events)) = p.unpublished.pop_front() {
+                durable.extend(events);
+            }
+        }
+        self.publish(&durable);
+    }
+
+    /// Commit the batch (see the module docs). A failed write or sync leaves memory ahead of
+    /// disk, so the engine refuses to continue: the process restarts from the store.
+    pub(super) fn commit(&mut self, mut txn: Txn) -> Result<(), StoreError> {
+        let index = &self.index;
+        let written = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
+        Self::log_events(&mut txn);
+        let batch = std::mem::take(&mut txn.batch);
+        let failed = self.pipeline.as_ref().and_then(|p| p.failed.clone());
+        let result = match (&failed, self.pipeline.is_some()) {
+            (Some(e), _) => Err(StoreError::Backend(format!("an earlier sync failed: {e}"))),
+            (None, true) => self.store.write(batch),
+            (None, false) => self.store.commit(batch),
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "commit failed; stopping the engine");
+            for (to, _) in txn.out {
+                let _ = to.send(Err(OjsError::new(
+                    ErrorCode::BackendError,
+                    format!("commit failed: {e}"),
+                )));
+            }
+            return Err(e);
+        }
+        self.cache = std::mem::take(&mut txn.cache);
+        let replies = txn.out.into_iter().map(|(to, out)| {
+            let claimed = match &out {
+                Out::Claimed { ids, .. } => ids.clone(),
+                _ => Vec::new(),
+            };
+            let reply = txn::resolve(out, &written, &self.cache, self.store.as_ref());
+            (to, reply, claimed)
+        });
+        let Some(p) = self.pipeline.as_mut() else {
+            for (to, reply, claimed) in replies {
+                if to.send(reply).is_err() {
+                    // The connection went away before its FETCH was answered.
+                    self.undelivered.extend(claimed);
+                }
+            }
+            self.publish(&txn.events);
+            return Ok(());
+        };
+        let replies: Vec<_> = replies.collect();
+        if replies.is_empty() && txn.events.is_empty() {
+            return Ok(());
+        }
+        p.written += 1;
+        let no = p.written;
+        if !txn.events.is_empty() {
+            p.unpublished
+                .push_back((no, std::mem::take(&mut txn.events)));
+        }
+        let sent =
+            p.tx.as_ref()
+                .map(|tx| tx.send(Group { no, replies }).is_ok());
+        if sent != Some(true) {
+            return Err(StoreError::Backend("the syncer thread is gone".into()));
+        }
+        Ok(())
+    }
+}
