@@ -651,7 +651,7 @@ where
     loop {
         tokio::select! {
             ev = sub.next() => match ev {
-                Ok(e) => sink.send(Reply::Bulk(e.json)).await?,
+                Ok(e) => sink.send(Reply::Bulk(e.json())).await?,
                 Err(e) => {
                     sink.send(Reply::Error(e)).await?;
                     return sink.close().await;

@@ -99,7 +99,11 @@ impl Engine {
 
     /// Visit logged events from cursor `from` on, in order, until `f` returns false.
     /// Records that cannot be read are reported with their first cursor and skipped.
-    fn scan_log(&self, from: u64, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> OjsResult<Option<u64>> {
+    fn scan_log(
+        &self,
+        from: u64,
+        f: &mut dyn FnMut(u64, events::Entry<'_>) -> bool,
+    ) -> OjsResult<Option<u64>> {
         let start = self
             .store
             .floor_key(Space::Event, &events::cursor_key(from))
@@ -118,7 +122,7 @@ impl Engine {
                 entries
                     .into_iter()
                     .filter(|(c, _)| *c >= from)
-                    .all(|(c, json)| f(c, json))
+                    .all(|(c, entry)| f(c, entry))
             })
             .map_err(super::txn::backend)?;
         Ok(bad)

@@ -75,17 +75,25 @@ impl EventFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     fn ev(kind: &str, queue: Option<&str>, jt: Option<&str>) -> Event {
-        Event {
-            cursor: 1,
-            kind: kind.into(),
-            source: "ojs://ojsd/api".into(),
-            queue: queue.map(Into::into),
-            job_type: jt.map(Into::into),
-            json: Bytes::new(),
+        let mut data = serde_json::Map::new();
+        if let Some(q) = queue {
+            data.insert("queue".into(), q.into());
         }
+        if let Some(t) = jt {
+            data.insert("job_type".into(), t.into());
+        }
+        let e = crate::events::build(
+            1,
+            kind,
+            "ojs://ojsd/api".into(),
+            chrono::Utc::now(),
+            "s",
+            data,
+        );
+        assert_eq!((e.queue.as_deref(), e.job_type.as_deref()), (queue, jt));
+        e
     }
 
     #[test]

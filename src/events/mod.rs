@@ -2,17 +2,17 @@
 //! encoding of the durable event log. The engine creates events in the same commit as the
 //! transition they describe; front ends only read them.
 
+mod compact;
 mod filter;
 mod subscription;
 
+pub use compact::{build, KINDS};
 pub use filter::{split_csv, EventFilter};
 pub use subscription::Subscription;
 
-use crate::job::format_ts;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::{Map, Value};
 
 pub const SPEC_VERSION: &str = "1.0";
 
@@ -38,78 +38,49 @@ pub fn source(service: &str, c: Component<'_>) -> String {
     }
 }
 
-/// One event, already encoded. The fields a filter looks at are kept beside the bytes so
-/// live delivery never re-parses JSON.
-#[derive(Debug, Clone)]
+/// One event. The fields a filter looks at are kept beside the rest, so live delivery and
+/// filtering never parse or render JSON; the OJS envelope is rendered by [`Event::json`]
+/// on the reader's thread.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub cursor: u64,
     pub kind: String,
     pub source: String,
     pub queue: Option<String>,
     pub job_type: Option<String>,
-    pub json: Bytes,
+    body: Body,
 }
 
-/// Build and encode an event. `cursor` is the log position: a strictly increasing number
-/// that subscribers use to resume (`after`), carried as the `cursor` extension attribute.
-pub fn build(
-    cursor: u64,
-    kind: &str,
-    source: String,
-    time: DateTime<Utc>,
-    subject: &str,
-    data: Map<String, Value>,
-) -> Event {
-    let queue = data
-        .get("queue")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let job_type = data
-        .get("job_type")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    // Serialized straight from borrowed fields: this runs for every transition on the
-    // engine thread, and building a `Value` tree first doubled its allocations.
-    let id = format!("evt_{}", uuid::Uuid::now_v7());
-    let time = format_ts(time);
-    let envelope = Envelope {
-        specversion: SPEC_VERSION,
-        id: &id,
-        kind,
-        source: &source,
-        time: &time,
-        subject,
-        datacontenttype: "application/json",
-        data: &data,
-        cursor,
-    };
-    let mut json = Vec::with_capacity(512);
-    let _ = serde_json::to_writer(&mut json, &envelope);
-    Event {
-        cursor,
-        kind: kind.to_string(),
-        source,
-        queue,
-        job_type,
-        json: Bytes::from(json),
+#[derive(Debug, Clone, PartialEq)]
+enum Body {
+    /// Made by this engine, or read from a compact log record.
+    Compact(compact::Compact),
+    /// A JSON envelope read from a log record of version 1 (before compact events).
+    Json(Bytes),
+}
+
+impl Event {
+    /// The OJS JSON envelope (ojs-events §2), with the `cursor` extension attribute.
+    pub fn json(&self) -> Bytes {
+        match &self.body {
+            Body::Compact(c) => Bytes::from(compact::render(self, c)),
+            Body::Json(j) => j.clone(),
+        }
+    }
+
+    /// When the event happened.
+    pub fn time(&self) -> Option<DateTime<Utc>> {
+        match &self.body {
+            Body::Compact(c) => Some(compact::time(c)),
+            Body::Json(j) => serde_json::from_slice::<StoredView>(j)
+                .ok()
+                .and_then(|v| crate::job::parse_ts(&v.time)),
+        }
     }
 }
 
-#[derive(serde::Serialize)]
-struct Envelope<'a> {
-    specversion: &'static str,
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'a str,
-    source: &'a str,
-    time: &'a str,
-    subject: &'a str,
-    datacontenttype: &'static str,
-    data: &'a Map<String, Value>,
-    cursor: u64,
-}
-
-/// The parts of a stored event needed to filter it and to find it by time.
+/// The parts of a stored JSON event (log version 1) needed to filter it and to find it by
+/// time.
 #[derive(Deserialize)]
 struct StoredView {
     #[serde(rename = "type")]
@@ -128,61 +99,99 @@ struct DataView {
     job_type: Option<String>,
 }
 
-/// Decode a log record back into an `Event` (plus its time, for `since`).
-pub fn decode(cursor: u64, json: &[u8]) -> Option<(Event, DateTime<Utc>)> {
-    let v: StoredView = serde_json::from_slice(json).ok()?;
-    let time = crate::job::parse_ts(&v.time)?;
-    Some((
-        Event {
-            cursor,
-            kind: v.kind,
-            source: v.source,
-            queue: v.data.queue,
-            job_type: v.data.job_type,
-            json: Bytes::copy_from_slice(json),
-        },
-        time,
-    ))
+/// A log entry in the format of its record.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Entry<'a> {
+    /// Version 1: the event's JSON envelope.
+    Json(&'a [u8]),
+    /// Version 2: a compact event (`compact.rs`).
+    Compact(&'a [u8]),
+}
+
+impl Entry<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Entry::Json(b) | Entry::Compact(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Decode a log entry back into an `Event` (plus its time, for `since`); `None` when it
+/// cannot be read.
+pub fn decode(cursor: u64, entry: Entry<'_>) -> Option<(Event, DateTime<Utc>)> {
+    match entry {
+        Entry::Compact(v) => {
+            let e = compact::decode(cursor, v)?;
+            let time = e.time()?;
+            Some((e, time))
+        }
+        Entry::Json(json) => {
+            let v: StoredView = serde_json::from_slice(json).ok()?;
+            let time = crate::job::parse_ts(&v.time)?;
+            Some((
+                Event {
+                    cursor,
+                    kind: v.kind,
+                    source: v.source,
+                    queue: v.data.queue,
+                    job_type: v.data.job_type,
+                    body: Body::Json(Bytes::copy_from_slice(json)),
+                },
+                time,
+            ))
+        }
+    }
 }
 
 /// Log records hold the events of one commit, not one event each: sled pays several
 /// microseconds per key written (bench/RESULTS.md), which made three events per job cost
 /// more than the job's own writes. A record is keyed by the cursor of its first event and
 /// holds consecutive cursors: version byte, count (u32), then per event a length (u32) and
-/// the event's JSON.
-const CHUNK_VERSION: u8 = 1;
+/// the event: its JSON envelope in version 1 (still read), a compact event in version 2.
+const CHUNK_V1: u8 = 1;
+const CHUNK_V2: u8 = 2;
 /// Most events and bytes in one record, so a huge commit does not become one huge value.
 pub const CHUNK_MAX_EVENTS: usize = 1024;
 pub const CHUNK_MAX_BYTES: usize = 1 << 20;
 
 /// Encode consecutive events as one log record; returns how many of `events` it took.
 pub fn encode_chunk(events: &[Event]) -> (Vec<u8>, usize) {
-    let mut taken = 0;
-    let mut bytes = 0;
+    let mut v = Vec::with_capacity(5 + events.len().min(CHUNK_MAX_EVENTS) * 160);
+    v.push(CHUNK_V2);
+    v.extend_from_slice(&[0; 4]);
+    let mut taken = 0u32;
+    let mut one = Vec::with_capacity(256);
     for e in events.iter().take(CHUNK_MAX_EVENTS) {
-        if taken > 0 && bytes + e.json.len() > CHUNK_MAX_BYTES {
+        one.clear();
+        match &e.body {
+            Body::Compact(c) => compact::encode(e, c, &mut one),
+            // Only events read from an old record are JSON; they are never logged again,
+            // but if one were, it keeps its envelope: a compact event of type 0 cannot
+            // carry it, so it ends the record before it (a record holds one format).
+            Body::Json(_) => break,
+        }
+        if taken > 0 && v.len() + one.len() + 4 > CHUNK_MAX_BYTES {
             break;
         }
-        bytes += e.json.len() + 4;
+        v.extend_from_slice(&(one.len() as u32).to_be_bytes());
+        v.extend_from_slice(&one);
         taken += 1;
     }
-    let mut v = Vec::with_capacity(5 + bytes);
-    v.push(CHUNK_VERSION);
-    v.extend_from_slice(&(taken as u32).to_be_bytes());
-    for e in &events[..taken] {
-        v.extend_from_slice(&(e.json.len() as u32).to_be_bytes());
-        v.extend_from_slice(&e.json);
-    }
-    (v, taken)
+    v[1..5].copy_from_slice(&taken.to_be_bytes());
+    (v, taken as usize)
 }
 
-/// The events of one log record as (cursor, JSON), `first` being the record's key. A
+/// The events of one log record as (cursor, entry), `first` being the record's key. A
 /// record written before chunking (a bare JSON object) is one event. `None` when corrupt.
-pub fn decode_chunk(first: u64, v: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+pub fn decode_chunk(first: u64, v: &[u8]) -> Option<Vec<(u64, Entry<'_>)>> {
     if v.first() == Some(&b'{') {
-        return Some(vec![(first, v)]);
+        return Some(vec![(first, Entry::Json(v))]);
     }
-    if v.len() < 5 || v[0] != CHUNK_VERSION {
+    if v.len() < 5 || (v[0] != CHUNK_V1 && v[0] != CHUNK_V2) {
         return None;
     }
     let count = u32::from_be_bytes(v[1..5].try_into().ok()?) as usize;
@@ -192,7 +201,13 @@ pub fn decode_chunk(first: u64, v: &[u8]) -> Option<Vec<(u64, &[u8])>> {
     for i in 0..count {
         let len = u32::from_be_bytes(v.get(at..at + 4)?.try_into().ok()?) as usize;
         at += 4;
-        out.push((first + i as u64, v.get(at..at + len)?));
+        let bytes = v.get(at..at.checked_add(len)?)?;
+        let entry = if v[0] == CHUNK_V1 {
+            Entry::Json(bytes)
+        } else {
+            Entry::Compact(bytes)
+        };
+        out.push((first.checked_add(i as u64)?, entry));
         at += len;
     }
     (at == v.len()).then_some(out)
@@ -218,86 +233,5 @@ pub enum Start {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn envelope_has_the_required_attributes_and_round_trips() {
-        let mut data = Map::new();
-        data.insert("job_type".into(), json!("email.send"));
-        data.insert("queue".into(), json!("mail"));
-        let t = Utc::now();
-        let e = build(
-            7,
-            "job.enqueued",
-            source("ojsd", Component::Api),
-            t,
-            "j1",
-            data,
-        );
-        let v: Value = serde_json::from_slice(&e.json).unwrap();
-        assert_eq!(v["specversion"], "1.0");
-        assert!(v["id"].as_str().unwrap().starts_with("evt_"));
-        assert_eq!(v["type"], "job.enqueued");
-        assert_eq!(v["source"], "ojs://ojsd/api");
-        assert_eq!(v["subject"], "j1");
-        assert_eq!(v["cursor"], 7);
-        let (back, time) = decode(7, &e.json).unwrap();
-        assert_eq!(back.queue.as_deref(), Some("mail"));
-        assert_eq!(back.job_type.as_deref(), Some("email.send"));
-        assert_eq!(back.kind, "job.enqueued");
-        assert_eq!(format_ts(time), format_ts(t));
-        assert_eq!(key_cursor(&cursor_key(99)), Some(99));
-    }
-
-    fn event(cursor: u64, json: &str) -> Event {
-        Event {
-            cursor,
-            kind: "k".into(),
-            source: "s".into(),
-            queue: None,
-            job_type: None,
-            json: Bytes::from(json.to_string()),
-        }
-    }
-
-    #[test]
-    fn chunks_round_trip_and_split_at_their_limits() {
-        let events: Vec<Event> = (10..13)
-            .map(|c| event(c, &format!("{{\"n\":{c}}}")))
-            .collect();
-        let (rec, taken) = encode_chunk(&events);
-        assert_eq!(taken, 3);
-        let back = decode_chunk(10, &rec).unwrap();
-        assert_eq!(
-            back,
-            vec![
-                (10, &b"{\"n\":10}"[..]),
-                (11, b"{\"n\":11}"),
-                (12, b"{\"n\":12}")
-            ]
-        );
-        // Truncated or padded records are refused, not misread.
-        assert!(decode_chunk(10, &rec[..rec.len() - 1]).is_none());
-        let mut padded = rec.clone();
-        padded.push(0);
-        assert!(decode_chunk(10, &padded).is_none());
-        // A corrupt count cannot make the reader reserve memory the record cannot fill
-        // (found by fuzz/fuzz_targets/event_log.rs: this input aborted on allocation).
-        assert!(decode_chunk(10, &[1, 0xfd, 0xfd, 0xfd, 0xfd, 0xfd]).is_none());
-        // A pre-chunk record is one event.
-        assert_eq!(decode_chunk(5, b"{}").unwrap(), vec![(5, &b"{}"[..])]);
-
-        let many: Vec<Event> = (0..CHUNK_MAX_EVENTS as u64 + 5)
-            .map(|c| event(c, "{}"))
-            .collect();
-        assert_eq!(encode_chunk(&many).1, CHUNK_MAX_EVENTS);
-        let big = "x".repeat(CHUNK_MAX_BYTES / 2);
-        let large: Vec<Event> = (0..3).map(|c| event(c, &big)).collect();
-        assert_eq!(encode_chunk(&large).1, 1);
-        // One event bigger than the limit still goes somewhere.
-        let huge = vec![event(0, &"y".repeat(CHUNK_MAX_BYTES + 1))];
-        assert_eq!(encode_chunk(&huge).1, 1);
-    }
-}
+#[path = "compact_tests.rs"]
+mod tests;

@@ -23,15 +23,16 @@ pub async fn poll(
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     let start = q.poll_start();
     let page = st.engine.events(q.filter, start, limit, false).await?;
-    // The events are stored as encoded JSON: splice them in rather than parse them again.
-    let size: usize = page.events.iter().map(|e| e.json.len() + 1).sum();
+    // Each event renders its own envelope: splice them in.
+    let rendered: Vec<_> = page.events.iter().map(|e| e.json()).collect();
+    let size: usize = rendered.iter().map(|j| j.len() + 1).sum();
     let mut body = Vec::with_capacity(size + 64);
     body.extend_from_slice(b"{\"events\":[");
-    for (i, e) in page.events.iter().enumerate() {
+    for (i, json) in rendered.iter().enumerate() {
         if i > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(&e.json);
+        body.extend_from_slice(json);
     }
     body.extend_from_slice(
         format!(

@@ -57,13 +57,14 @@ impl Feed {
 
 /// One SSE message for an event. The envelope is compact JSON, so it is a single line.
 pub fn frame(e: &Event) -> Bytes {
-    let mut b = BytesMut::with_capacity(e.json.len() + e.kind.len() + 40);
+    let json = e.json();
+    let mut b = BytesMut::with_capacity(json.len() + e.kind.len() + 40);
     b.put_slice(b"id: ");
     b.put_slice(e.cursor.to_string().as_bytes());
     b.put_slice(b"\nevent: ");
     b.put_slice(e.kind.as_bytes());
     b.put_slice(b"\ndata: ");
-    b.put_slice(&e.json);
+    b.put_slice(&json);
     b.put_slice(b"\n\n");
     b.freeze()
 }

@@ -161,7 +161,7 @@ impl Session {
         let task = tokio::spawn(async move {
             loop {
                 let msg = match sub.next().await {
-                    Ok(e) => match Utf8Bytes::try_from(e.json) {
+                    Ok(e) => match Utf8Bytes::try_from(e.json()) {
                         Ok(t) => Message::Text(t),
                         Err(_) => continue, // the engine only writes UTF-8 JSON
                     },
