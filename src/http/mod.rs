@@ -20,8 +20,10 @@ pub mod admin;
 pub mod cron;
 pub mod dashboard;
 pub mod error;
+pub mod jobs;
 pub mod poll;
 pub mod query;
+pub mod queues;
 pub mod sse;
 pub mod system;
 pub mod workflows;
@@ -111,6 +113,8 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
             get(workflows::get_one).delete(workflows::cancel),
         )
         .merge(admin::routes())
+        .merge(jobs::routes())
+        .merge(queues::routes())
         .route("/", get(dashboard::index))
         .route("/dashboard/{file}", get(dashboard::asset))
         .fallback(not_found)

@@ -135,7 +135,7 @@ fn single_word(verb: &str, payload: &str, what: &str) -> OjsResult<String> {
 }
 
 /// Normalise a FAIL payload's error to `{type, message, backtrace?}`.
-fn fail_error(obj: &Map<String, Value>) -> OjsResult<Value> {
+pub(crate) fn fail_error(obj: &Map<String, Value>) -> OjsResult<Value> {
     let (etype, message, backtrace) = match obj.get("error") {
         Some(Value::Object(e)) => (e.get("type"), e.get("message"), e.get("backtrace")),
         Some(_) => return Err(malformed("FAIL: error must be an object")),

@@ -1,0 +1,449 @@
+//! The OJS HTTP binding's job and worker routes (ojs-http-binding §9, §10), each one engine
+//! command, so a job looks the same over HTTP and TCP:
+//!
+//! | route | command | answer |
+//! |---|---|---|
+//! | `POST /ojs/v1/jobs` | PUSH | `201 {"job"}` + `Location` |
+//! | `POST /ojs/v1/jobs/batch` | PUSHB (atomic) | `201 {"jobs", "count"}` |
+//! | `GET /ojs/v1/jobs/{id}` | JOB | `200 {"job"}` |
+//! | `DELETE /ojs/v1/jobs/{id}` | CANCEL | `200 {"job"}`; `409` once terminal (the binding) |
+//! | `POST /ojs/v1/jobs/{id}/activate` | ACTIVATE | `200 {"job"}` |
+//! | `POST /ojs/v1/workers/fetch` | FETCH (waits up to `--fetch-wait-ms`) | `200 {"jobs": [...]}` |
+//! | `POST /ojs/v1/workers/ack` | ACK | `200 {"acknowledged", "job_id", "state", "completed_at"}` |
+//! | `POST /ojs/v1/workers/nack` | FAIL | `200 {"job_id", "state", "attempt", "max_attempts", "next_attempt_at"/"discarded_at", "retry_delay_ms"}` |
+//! | `POST /ojs/v1/workers/heartbeat` | BEAT | `200 {"state", "jobs_extended", "server_time"}` |
+//!
+//! A request may send the binding's shape (`options.queue`, `timeout_ms`, `retry.*_ms`,
+//! `delay_until`, `tags`, `metadata`...) or an OJS envelope's top-level attributes; both
+//! become the envelope the TCP PUSH takes, validated by the same code.
+
+use super::error::ApiError;
+use super::{json_response, AppState};
+use crate::engine::api::JobView;
+use crate::engine::Answer;
+use crate::job::State;
+use crate::protocol::command::WorkerDirective;
+use crate::protocol::Command;
+use axum::body::Bytes;
+use axum::extract::{Path, State as AxState};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/jobs", post(push))
+        .route("/ojs/v1/jobs/batch", post(push_batch))
+        .route("/ojs/v1/jobs/{id}", get(get_job).delete(cancel))
+        .route("/ojs/v1/jobs/{id}/activate", post(activate))
+        .route("/ojs/v1/workers/fetch", post(fetch))
+        .route("/ojs/v1/workers/ack", post(ack))
+        .route("/ojs/v1/workers/nack", post(nack))
+        .route("/ojs/v1/workers/heartbeat", post(heartbeat))
+}
+
+fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    match crate::json::parse(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "the body is not accepted: {e}"
+        ))),
+    }
+}
+
+/// Milliseconds as the ISO 8601 duration the envelope's retry policy takes.
+fn iso_ms(ms: &Value, what: &str) -> Result<Value, ApiError> {
+    let ms = ms
+        .as_u64()
+        .ok_or_else(|| ApiError::bad_request(format!("{what} must be a non-negative integer")))?;
+    Ok(Value::String(if ms % 1000 == 0 {
+        format!("PT{}S", ms / 1000)
+    } else {
+        format!("PT{}.{:03}S", ms / 1000, ms % 1000)
+    }))
+}
+
+/// A binding request (§9.1) as the OJS envelope PUSH takes.
+fn envelope(mut req: Map<String, Value>) -> Result<Value, ApiError> {
+    let options = match req.remove("options") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(ApiError::bad_request("options must be a JSON object")),
+    };
+    for (k, v) in options {
+        let (key, value) = match k.as_str() {
+            "queue" | "priority" | "expires_at" | "unique" | "tags" | "pending"
+            | "scheduled_at" => (k, v),
+            "delay_until" => ("scheduled_at".to_string(), v),
+            "timeout_ms" | "visibility_timeout_ms" => {
+                let ms = v.as_u64().ok_or_else(|| {
+                    ApiError::bad_request(format!("options.{k} must be a non-negative integer"))
+                })?;
+                // The envelope's timeout is whole seconds; a part of a second rounds up.
+                ("timeout".to_string(), json!(ms.div_ceil(1000)))
+            }
+            "retry" => {
+                let Value::Object(r) = v else {
+                    return Err(ApiError::bad_request("options.retry must be a JSON object"));
+                };
+                let mut out = Map::new();
+                for (rk, rv) in r {
+                    match rk.strip_suffix("_ms") {
+                        Some(base) => {
+                            out.insert(base.to_string(), iso_ms(&rv, &format!("retry.{rk}"))?);
+                        }
+                        None => {
+                            out.insert(rk, rv);
+                        }
+                    }
+                }
+                ("retry".to_string(), Value::Object(out))
+            }
+            "metadata" => {
+                let Value::Object(extra) = v else {
+                    return Err(ApiError::bad_request(
+                        "options.metadata must be a JSON object",
+                    ));
+                };
+                let meta = req.entry("meta").or_insert_with(|| json!({}));
+                match meta {
+                    Value::Object(m) => m.extend(extra),
+                    _ => return Err(ApiError::bad_request("meta must be a JSON object")),
+                }
+                continue;
+            }
+            _ => (k, v),
+        };
+        req.insert(key, value);
+    }
+    match req.get("args") {
+        Some(Value::Array(_)) => {}
+        None => {
+            return Err(ApiError::bad_request(
+                "args is required and must be a JSON array",
+            ))
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "The 'args' field must be a JSON array.",
+            ))
+        }
+    }
+    Ok(Value::Object(req))
+}
+
+fn push_cmd(job: Value) -> (Value, usize) {
+    let len = serde_json::to_vec(&job)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    (job, len)
+}
+
+fn job_body(status: StatusCode, job: &JobView) -> Response {
+    let mut body = Vec::with_capacity(job.json().len() + 8);
+    body.extend_from_slice(b"{\"job\":");
+    body.extend_from_slice(job.json());
+    body.push(b'}');
+    json_response(status, body)
+}
+
+async fn one_job(st: &AppState, wid: Option<Arc<str>>, cmd: Command) -> Result<JobView, ApiError> {
+    match st.engine.call(wid, cmd).await? {
+        Answer::Job(j) => Ok(j),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+async fn push(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let (job, len) = push_cmd(envelope(object(&body)?)?);
+    let job = one_job(&st, None, Command::Push { job, len }).await?;
+    let mut resp = job_body(StatusCode::CREATED, &job);
+    let id = job.job()?.id;
+    if let Ok(v) = HeaderValue::from_str(&format!("/ojs/v1/jobs/{id}")) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(resp)
+}
+
+async fn push_batch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let mut req = object(&body)?;
+    let Some(Value::Array(jobs)) = req.remove("jobs") else {
+        return Err(ApiError::bad_request("jobs must be a JSON array of jobs"));
+    };
+    if jobs.is_empty() {
+        return Err(ApiError::bad_request("jobs must hold at least one job"));
+    }
+    let mut batch = Vec::with_capacity(jobs.len());
+    for (i, j) in jobs.into_iter().enumerate() {
+        let Value::Object(j) = j else {
+            return Err(ApiError::bad_request(format!(
+                "jobs[{i}] must be a JSON object"
+            )));
+        };
+        let job = envelope(j).map_err(|mut e| {
+            e.message = format!("jobs[{i}]: {}", e.message);
+            e
+        })?;
+        batch.push(push_cmd(job));
+    }
+    let views = match st.engine.call(None, Command::PushBatch(batch)).await? {
+        Answer::Jobs(v) => v,
+        Answer::Job(j) => vec![j],
+        other => return Err(ApiError::unexpected(&other)),
+    };
+    let mut body = b"{\"jobs\":[".to_vec();
+    for (i, j) in views.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(j.json());
+    }
+    body.extend_from_slice(format!("],\"count\":{}}}", views.len()).as_bytes());
+    Ok(json_response(StatusCode::CREATED, body))
+}
+
+async fn get_job(
+    AxState(st): AxState<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(job_body(
+        StatusCode::OK,
+        &one_job(&st, None, Command::Job { id }).await?,
+    ))
+}
+
+/// The binding answers `409` for a job already finished, where TCP CANCEL is idempotent
+/// (ojs-core §7.6; PROTOCOL.md §10 and §14).
+async fn cancel(
+    AxState(st): AxState<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let before = one_job(&st, None, Command::Job { id: id.clone() })
+        .await?
+        .job()?;
+    if before.state.is_terminal() {
+        return Err(conflict(
+            &id,
+            before.state,
+            "a job that is not yet finished",
+        ));
+    }
+    st.engine
+        .call(None, Command::Cancel { id: id.clone() })
+        .await?;
+    Ok(job_body(
+        StatusCode::OK,
+        &one_job(&st, None, Command::Job { id }).await?,
+    ))
+}
+
+async fn activate(
+    AxState(st): AxState<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    st.engine
+        .call(None, Command::Activate { id: id.clone() })
+        .await?;
+    Ok(job_body(
+        StatusCode::OK,
+        &one_job(&st, None, Command::Job { id }).await?,
+    ))
+}
+
+fn conflict(id: &str, state: State, expected: &str) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::CONFLICT,
+        "INVALID_STATE_TRANSITION",
+        format!("job {id} is {}; this needs {expected}", state.as_str()),
+    );
+    e.details = Some(json!({"job_id": id, "current_state": state.as_str()}));
+    e
+}
+
+fn worker_id(obj: &Map<String, Value>) -> Result<Option<Arc<str>>, ApiError> {
+    match obj.get("worker_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= 256 => {
+            Ok(Some(Arc::from(s.as_str())))
+        }
+        Some(_) => Err(ApiError::bad_request(
+            "worker_id must be a string of 1 to 256 bytes",
+        )),
+    }
+}
+
+fn job_id(obj: &Map<String, Value>) -> Result<String, ApiError> {
+    match obj.get("job_id").or_else(|| obj.get("id")) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(ApiError::bad_request("job_id is required")),
+    }
+}
+
+async fn fetch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let req = object(&body)?;
+    let queues = match req.get("queues") {
+        Some(Value::Array(q)) if !q.is_empty() => q
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::bad_request("queues must be an array of strings"))?,
+        _ => return Err(ApiError::bad_request("queues must be a non-empty array")),
+    };
+    let count = match req.get("count") {
+        None | Some(Value::Null) => 1,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=crate::protocol::command::MAX_FETCH_COUNT as u64).contains(n))
+            .ok_or_else(|| ApiError::bad_request("count must be an integer from 1 to 1000"))?
+            as usize,
+    };
+    let cmd = Command::Fetch {
+        queues,
+        count: Some(count),
+    };
+    let jobs = match st.engine.call(worker_id(&req)?, cmd).await? {
+        Answer::Nothing => Vec::new(),
+        Answer::Job(j) => vec![j],
+        Answer::Jobs(v) => v,
+        other => return Err(ApiError::unexpected(&other)),
+    };
+    let mut body = b"{\"jobs\":[".to_vec();
+    for (i, j) in jobs.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(j.json());
+    }
+    body.extend_from_slice(b"]}");
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// The worker an ACK or NACK speaks for: the request's `worker_id`, else the job's holder
+/// (an HTTP worker has no connection to carry its identity; ownership is checked when
+/// the request names a worker).
+async fn settle_as(
+    st: &AppState,
+    req: &Map<String, Value>,
+    id: &str,
+    verb: &str,
+) -> Result<Option<Arc<str>>, ApiError> {
+    let job = one_job(st, None, Command::Job { id: id.to_string() })
+        .await?
+        .job()?;
+    if job.state != State::Active {
+        return Err(conflict(id, job.state, &format!("an active job to {verb}")));
+    }
+    Ok(worker_id(req)?.or_else(|| job.worker_id.as_deref().map(Arc::from)))
+}
+
+async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let req = object(&body)?;
+    let id = job_id(&req)?;
+    let wid = settle_as(&st, &req, &id, "acknowledge").await?;
+    let result = req.get("result").filter(|v| !v.is_null()).cloned();
+    st.engine
+        .call(
+            wid,
+            Command::Ack {
+                id: id.clone(),
+                result,
+            },
+        )
+        .await?;
+    let job = one_job(&st, None, Command::Job { id: id.clone() })
+        .await?
+        .job()?;
+    let body = json!({"acknowledged": true, "job_id": id, "state": job.state.as_str(),
+        "completed_at": job.completed_at.map(crate::job::format_ts)});
+    Ok(json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
+async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let req = object(&body)?;
+    let id = job_id(&req)?;
+    let Some(Value::Object(err)) = req.get("error") else {
+        return Err(ApiError::bad_request(
+            "error must be an object with code and message",
+        ));
+    };
+    // The binding's error {code, message, retryable, details} as FAIL's {type, message}.
+    let mut fail = Map::new();
+    let code = err.get("code").or_else(|| err.get("type")).cloned();
+    fail.insert("type".into(), code.unwrap_or(Value::Null));
+    fail.insert(
+        "message".into(),
+        err.get("message").cloned().unwrap_or(json!("")),
+    );
+    if let Some(bt) = err.get("backtrace") {
+        fail.insert("backtrace".into(), bt.clone());
+    }
+    let mut obj = Map::new();
+    obj.insert("error".into(), Value::Object(fail));
+    let error = crate::protocol::command::fail_error(&obj)?;
+    let wid = settle_as(&st, &req, &id, "fail").await?;
+    st.engine
+        .call(
+            wid,
+            Command::Fail {
+                id: id.clone(),
+                error,
+            },
+        )
+        .await?;
+    let job = one_job(&st, None, Command::Job { id: id.clone() })
+        .await?
+        .job()?;
+    let mut out = json!({"job_id": id, "state": job.state.as_str(), "attempt": job.attempt,
+        "max_attempts": job.retry.max_attempts});
+    if let Some(next) = job.next_retry_at {
+        out["next_attempt_at"] = json!(crate::job::format_ts(next));
+        let now = chrono::Utc::now();
+        out["retry_delay_ms"] = json!((next - now).num_milliseconds().max(0));
+    }
+    if let Some(at) = job.discarded_at {
+        out["discarded_at"] = json!(crate::job::format_ts(at));
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&out).unwrap_or_default(),
+    ))
+}
+
+async fn heartbeat(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let req = object(&body)?;
+    let Some(wid) = worker_id(&req)? else {
+        return Err(ApiError::bad_request("worker_id is required"));
+    };
+    let active = match req.get("active_jobs").or_else(|| req.get("active_job_ids")) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::bad_request("active_jobs must be an array of job ids"))?,
+        Some(_) => return Err(ApiError::bad_request("active_jobs must be an array")),
+    };
+    let cmd = Command::Beat {
+        wid: wid.to_string(),
+        active_job_ids: Some(active.clone()),
+    };
+    let state = match st.engine.call(Some(wid), cmd).await? {
+        Answer::Ok => "running",
+        Answer::Directive(WorkerDirective::Quiet) => "quiet",
+        Answer::Directive(WorkerDirective::Terminate) => "terminate",
+        other => return Err(ApiError::unexpected(&other)),
+    };
+    let body = json!({"state": state, "jobs_extended": active,
+        "server_time": crate::job::format_ts(chrono::Utc::now())});
+    Ok(json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}

@@ -1,0 +1,408 @@
+//! The OJS HTTP binding's job, worker and queue routes (ojs-http-binding §9-§11, §21) over
+//! real sockets, and that TCP and HTTP see the same jobs.
+
+mod common;
+
+use common::http::{get, request, send};
+use common::*;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+
+fn post(addr: &str, path: &str, body: Value) -> (u16, Value) {
+    let r = send(addr, "POST", path, &body.to_string());
+    (r.status, r.json())
+}
+
+fn push(addr: &str, body: Value) -> Value {
+    let (status, v) = post(addr, "/ojs/v1/jobs", body);
+    assert_eq!(status, 201, "{v}");
+    v["job"].clone()
+}
+
+#[test]
+fn enqueue_fetch_ack_with_the_binding_shapes() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let r = send(
+        &a,
+        "POST",
+        "/ojs/v1/jobs",
+        &json!({"type": "email.send", "args": ["u@example.com", {"locale": "en"}],
+            "meta": {"trace_id": "t1"},
+            "options": {"queue": "email", "priority": 3, "timeout_ms": 30500,
+                "retry": {"max_attempts": 5, "initial_interval_ms": 1500, "backoff_coefficient": 2.0},
+                "tags": ["onboarding"], "metadata": {"source": "signup"}}})
+        .to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let job = r.json()["job"].clone();
+    let id = id_of(&job);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/ojs/v1/jobs/{id}").as_str())
+    );
+    assert_eq!(
+        pick(
+            &job,
+            &["type", "queue", "priority", "state", "timeout", "tags"]
+        ),
+        json!(["email.send", "email", 3, "available", 31, ["onboarding"]])
+    );
+    assert_eq!(job["meta"], json!({"trace_id": "t1", "source": "signup"}));
+    assert_eq!(
+        pick(&job["retry"], &["max_attempts", "initial_interval"]),
+        json!([5, "PT1.5S"])
+    );
+    assert!(r.header("x-request-id").is_some());
+
+    // TCP sees the same job.
+    let mut c = srv.client();
+    assert_eq!(
+        call_json(&mut c, &format!("JOB {id}"))["meta"]["source"],
+        "signup"
+    );
+
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["none", "email"], "worker_id": "hw-1"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let fetched = &body["jobs"][0];
+    assert_eq!(
+        (
+            fetched["id"].as_str(),
+            fetched["state"].as_str(),
+            fetched["worker_id"].as_str()
+        ),
+        (Some(id.as_str()), Some("active"), Some("hw-1"))
+    );
+    let (_, empty) = post(&a, "/ojs/v1/workers/fetch", json!({"queues": ["email"]}));
+    assert_eq!(
+        empty,
+        json!({"jobs": []}),
+        "an empty queue answers 200 with no jobs"
+    );
+
+    // Another worker may not settle it; its holder may, without naming itself.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "worker_id": "hw-2"}),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("NOT_OWNER"))
+    );
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "result": {"sent": true}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        pick(&body, &["acknowledged", "job_id", "state"]),
+        json!([true, id, "completed"])
+    );
+    assert!(body["completed_at"].is_string());
+    let (status, body) = post(&a, "/ojs/v1/workers/ack", json!({"job_id": id}));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["details"]["current_state"], "completed");
+
+    let r = get(&a, &format!("/ojs/v1/jobs/{id}"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["job"]["result"], json!({"sent": true}));
+    let r = get(&a, "/ojs/v1/jobs/019aa7c4-5f3a-7e21-8d4b-0a1b2c3d4e5f");
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (404, json!("NOT_FOUND"))
+    );
+}
+
+#[test]
+fn bad_requests_get_the_error_body() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": {"not": "array"}}),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "INVALID_REQUEST");
+    assert_eq!(body["error"]["retryable"], false);
+    assert!(body["error"]["request_id"].is_string());
+    let (status, body) = post(&a, "/ojs/v1/jobs", json!({"type": "Bad Type", "args": []}));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!("INVALID_JOB_TYPE"))
+    );
+    let r = send(&a, "POST", "/ojs/v1/jobs", "{oops");
+    assert_eq!(r.status, 400);
+    let (status, _) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "options": {"timeout_ms": -1}}),
+    );
+    assert_eq!(status, 400);
+    let (status, body) = post(&a, "/ojs/v1/workers/fetch", json!({"queues": []}));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!("INVALID_REQUEST"))
+    );
+    let (status, _) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["q"], "count": 0}),
+    );
+    assert_eq!(status, 400);
+    // A retry policy the engine refuses.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "options": {"retry": {"max_attempts": -3}}}),
+    );
+    assert_eq!(status, 400, "{body}");
+}
+
+#[test]
+fn batch_is_atomic_and_unique_duplicates_conflict() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs/batch",
+        json!({"jobs": [
+        {"type": "a.b", "args": [1], "options": {"queue": "bq"}},
+        {"type": "a.b", "args": [2], "options": {"queue": "bq"}}]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["count"], 2);
+    assert_eq!(body["jobs"][1]["args"], json!([2]));
+    let (status, _) = post(
+        &a,
+        "/ojs/v1/jobs/batch",
+        json!({"jobs": [
+        {"type": "a.b", "args": [3], "options": {"queue": "bq2"}},
+        {"type": "NOPE", "args": []}]}),
+    );
+    assert_eq!(status, 400);
+    let mut c = srv.client();
+    let info = c.info().unwrap();
+    assert_eq!(info["queues"]["bq"]["available"], 2);
+    assert!(
+        info["queues"].get("bq2").is_none(),
+        "nothing of a refused batch is kept: {info}"
+    );
+
+    let unique = json!({"type": "u.x", "args": [1], "options": {"unique": {"keys": ["type", "args"], "on_conflict": "reject"}}});
+    push(&a, unique.clone());
+    let (status, body) = post(&a, "/ojs/v1/jobs", unique);
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("DUPLICATE_JOB")),
+        "{body}"
+    );
+}
+
+#[test]
+fn nack_retries_then_discards_and_cancel_conflicts_once_terminal() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let job = push(
+        &a,
+        json!({"type": "f.x", "args": [], "options": {"queue": "fq",
+        "retry": {"max_attempts": 2, "initial_interval_ms": 2000, "jitter": false}}}),
+    );
+    let id = id_of(&job);
+    let (_, got) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["fq"], "worker_id": "w"}),
+    );
+    assert_eq!(got["jobs"][0]["id"], id.as_str());
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id,
+        "error": {"code": "handler_error", "message": "SMTP refused", "retryable": true}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        pick(&body, &["state", "attempt", "max_attempts"]),
+        json!(["retryable", 1, 2])
+    );
+    assert!(body["next_attempt_at"].is_string());
+    assert!(body["retry_delay_ms"].as_i64().is_some());
+    let mut c = srv.client();
+    let stored = call_json(&mut c, &format!("JOB {id}"));
+    assert_eq!(
+        pick(&stored["error"], &["type", "message"]),
+        json!(["handler_error", "SMTP refused"])
+    );
+    advance(&mut c, 3.0);
+    let (_, got) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["fq"], "worker_id": "w"}),
+    );
+    assert_eq!(got["jobs"][0]["attempt"], 2);
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "worker_id": "w",
+        "error": {"code": "handler_error", "message": "again"}}),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(body["state"], "discarded");
+    assert!(body["discarded_at"].is_string());
+
+    // DELETE cancels a waiting job and answers 409 once the job is terminal.
+    let other = id_of(&push(&a, json!({"type": "c.x", "args": []})));
+    let r = request(&a, "DELETE", &format!("/ojs/v1/jobs/{other}"), &[]);
+    assert_eq!(
+        (r.status, r.json()["job"]["state"].clone()),
+        (200, json!("cancelled"))
+    );
+    let r = request(&a, "DELETE", &format!("/ojs/v1/jobs/{other}"), &[]);
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (409, json!("INVALID_STATE_TRANSITION"))
+    );
+    // ACTIVATE a pending job.
+    let pending = id_of(&push(
+        &a,
+        json!({"type": "p.x", "args": [], "options": {"pending": true}}),
+    ));
+    assert_eq!(state_of(&mut c, &pending), "pending");
+    let (status, body) = post(&a, &format!("/ojs/v1/jobs/{pending}/activate"), json!({}));
+    assert_eq!(
+        (status, body["job"]["state"].clone()),
+        (200, json!("available"))
+    );
+}
+
+#[test]
+fn heartbeat_answers_the_directive_and_fetch_waits_for_a_job() {
+    let srv = Server::start_with(&["--fetch-wait-ms", "3000"]);
+    let a = srv.http_addr.clone();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "hb-1", "active_jobs": []}),
+    );
+    assert_eq!(
+        (status, body["state"].clone()),
+        (200, json!("running")),
+        "{body}"
+    );
+    assert!(body["server_time"].is_string());
+    let mut c = srv.client();
+    call_ok(&mut c, "WORKER QUIET hb-1");
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "hb-1"}),
+    );
+    assert_eq!(body["state"], "quiet");
+    call_ok(&mut c, "WORKER TERMINATE hb-1");
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "hb-1"}),
+    );
+    assert_eq!(body["state"], "terminate");
+    let (status, _) = post(&a, "/ojs/v1/workers/heartbeat", json!({}));
+    assert_eq!(status, 400, "worker_id is required");
+
+    // A long-polling fetch returns as soon as a job arrives; two fetchers never share one.
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let fetchers: Vec<_> = (0..2)
+        .map(|i| {
+            let (a, got) = (a.clone(), got.clone());
+            std::thread::spawn(move || {
+                let (_, body) = post(
+                    &a,
+                    "/ojs/v1/workers/fetch",
+                    json!({"queues": ["lp"], "worker_id": format!("lp-{i}")}),
+                );
+                got.lock().unwrap().push(body["jobs"].clone());
+            })
+        })
+        .collect();
+    wait_for_blocked_fetches(&mut c, 2);
+    let id = id_of(&push(
+        &a,
+        json!({"type": "l.p", "args": [], "options": {"queue": "lp"}}),
+    ));
+    for f in fetchers {
+        f.join().unwrap();
+    }
+    let got = got.lock().unwrap();
+    let ids: Vec<&str> = got
+        .iter()
+        .flat_map(|j| j.as_array().unwrap())
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "exactly one fetcher got the job");
+}
+
+#[test]
+fn queues_pause_resume_stats_and_the_manifest() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    push(
+        &a,
+        json!({"type": "q.x", "args": [], "options": {"queue": "alpha"}}),
+    );
+    push(
+        &a,
+        json!({"type": "q.x", "args": [], "options": {"queue": "beta"}}),
+    );
+    let r = get(&a, "/ojs/v1/queues?limit=1");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["queues"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        pick(&v["pagination"], &["total", "limit", "offset", "has_more"]),
+        json!([2, 1, 0, true])
+    );
+    let (status, body) = post(&a, "/ojs/v1/queues/alpha/pause", json!({}));
+    assert_eq!((status, body["status"].clone()), (200, json!("paused")));
+    let (_, got) = post(&a, "/ojs/v1/workers/fetch", json!({"queues": ["alpha"]}));
+    assert_eq!(got["jobs"], json!([]), "a paused queue hands out nothing");
+    let r = get(&a, "/ojs/v1/queues/alpha/stats");
+    assert_eq!(
+        pick(&r.json(), &["queue", "status"]),
+        json!(["alpha", "paused"])
+    );
+    assert_eq!(r.json()["stats"]["available"], 1);
+    let (_, body) = post(&a, "/ojs/v1/queues/alpha/resume", json!({}));
+    assert_eq!(body["status"], "active");
+    let (_, got) = post(&a, "/ojs/v1/workers/fetch", json!({"queues": ["alpha"]}));
+    assert_eq!(got["jobs"].as_array().unwrap().len(), 1);
+
+    let m = get(&a, "/ojs/manifest").json();
+    assert_eq!(m["implementation"]["name"], "ojsd");
+    assert_eq!(m["conformance_level"], 1);
+}
+
+#[test]
+fn the_password_guards_the_binding_routes() {
+    let srv = Server::start_with(&["--password", "pw"]);
+    let a = srv.http_addr.clone();
+    let r = send(
+        &a,
+        "POST",
+        "/ojs/v1/jobs",
+        &json!({"type": "a.b", "args": []}).to_string(),
+    );
+    assert_eq!(r.status, 401);
+    let r = request(
+        &a,
+        "GET",
+        "/ojs/v1/queues",
+        &[("authorization", "Bearer pw")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
