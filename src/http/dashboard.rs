@@ -36,6 +36,11 @@ const ASSETS: &[Asset] = &[
         content_type: "text/javascript; charset=utf-8",
     },
     Asset {
+        name: "pages.js",
+        body: include_bytes!("dashboard/pages.js"),
+        content_type: "text/javascript; charset=utf-8",
+    },
+    Asset {
         name: "app.css",
         body: include_bytes!("dashboard/app.css"),
         content_type: "text/css; charset=utf-8",
