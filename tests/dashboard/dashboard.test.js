@@ -75,7 +75,9 @@ before(async () => {
   w2.close();
   await http(srv, "POST", "/ojs/v1/cron", { name: "nightly-report", cron: "0 2 * * *", timezone: "Europe/Paris", type: "report.build", args: [], options: { queue: "reports" } });
   const wf = await http(srv, "POST", "/ojs/v1/workflows", { type: "chain", name: "onboarding", steps: [
-    { type: "user.create", args: [] }, { type: "email.send", args: [] }, { type: "crm.sync", args: [] }] });
+    { type: "user.create", args: [] },
+    { type: "group", name: "welcome", jobs: [{ type: "email.send", args: [] }, { type: "sms.send", args: [] }] },
+    { type: "crm.sync", args: [] }] });
   ids.workflow = wf.json.workflow.id;
   browser = await chromium.launch({ executablePath: BROWSER, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
     "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"] });
@@ -112,6 +114,7 @@ test("queues: pause shows at once, and a job pushed while open arrives live", as
   await open("#/queues");
   const mail = page.locator('tr[data-queue="mail"]');
   assert.equal(await mail.locator(".count-available").textContent(), "2");
+  assert.match(await mail.locator(".latency").textContent(), /^\d[\d,]* ms$/);
   await mail.getByRole("button", { name: "Pause" }).click();
   await page.waitForSelector('tr[data-queue="mail"] .status .paused');
   const stats = await http(srv, "GET", "/ojs/v1/queues/mail/stats");
@@ -178,7 +181,9 @@ test("workflows: the list and a drawing of the chain", async () => {
   assert.equal(await page.locator(`tr[data-workflow="${ids.workflow}"]`).count(), 1);
   await shot("workflows");
   await open(`#/workflow/${ids.workflow}`);
-  assert.equal(await page.locator("#wf-drawing rect").count(), 3);
+  // Four jobs, one of them in a nested group drawn as a frame.
+  assert.equal(await page.locator("#wf-drawing rect[data-state]").count(), 4);
+  assert.ok((await page.textContent("#wf-drawing")).includes("group"));
   assert.equal(await page.locator('#wf-drawing rect[data-state="available"]').count(), 1, "the first step is enqueued");
   await shot("workflow");
 });

@@ -60,11 +60,14 @@ pages.queues = {
   async render() {
     const { items } = await api("GET", "/ojs/v1/admin/queues?per_page=1000");
     const enc = encodeURIComponent;
-    const rows = items.map((q) => el("tr", { "data-queue": q.name },
+    // Latency (how long the oldest available job has waited) is in each queue's stats.
+    const stats = await Promise.all(items.map((q) => api("GET", `/ojs/v1/admin/queues/${enc(q.name)}`).catch(() => null)));
+    const rows = items.map((q, i) => el("tr", { "data-queue": q.name },
       el("td", {}, el("a", { href: `#/jobs?queue=${enc(q.name)}` }, q.name)),
       el("td", { class: "status" }, stateBadge(q.paused ? "paused" : "running")),
       ...["available", "active", "scheduled", "retryable", "completed", "discarded"].map((s) =>
         el("td", { class: `num count-${s}` }, fmtNum(q.counts[s]))),
+      el("td", { class: "num latency" }, stats[i] ? `${fmtNum(stats[i].latency_ms)} ms` : "—"),
       el("td", { class: "num" }, fmtNum(q.throughput.processed_per_minute), " / ", fmtNum(q.throughput.failed_per_minute)),
       el("td", {},
         q.paused
@@ -79,7 +82,7 @@ pages.queues = {
     return el("section", {}, el("h2", {}, "Queues"),
       table(["queue", "status", { label: "available", num: 1 }, { label: "active", num: 1 }, { label: "scheduled", num: 1 },
         { label: "retryable", num: 1 }, { label: "completed", num: 1 }, { label: "dead", num: 1 },
-        { label: "done / failed per min", num: 1 }, ""], rows));
+        { label: "latency", num: 1 }, { label: "done / failed per min", num: 1 }, ""], rows));
   },
   live: (e) => isJobEvent(e) || e.type.startsWith("queue."),
 };
@@ -259,25 +262,68 @@ pages.cron = {
 const STATE_COLOR = { pending: "#eaecf0", waiting: "#eaecf0", available: "#d1e9ff", active: "#fef0c7", running: "#fef0c7",
   completed: "#d1fadf", failed: "#fee4e2", discarded: "#fee4e2", cancelled: "#d0d5dd", retryable: "#fdead7", scheduled: "#fdead7" };
 
-/** Boxes for a workflow's steps: a chain left to right, a group or batch stacked. */
-function drawWorkflow(wf) {
-  const nodes = wf.steps || wf.jobs || [];
-  const chain = wf.type === "chain";
-  const bw = 150, bh = 44, gap = 36;
-  const width = chain ? nodes.length * (bw + gap) + 20 : bw + 200;
-  const height = chain ? bh + 40 : nodes.length * (bh + 14) + 30;
-  const svg = svgEl("svg", { width: Math.max(width, 240), height, role: "img", "aria-label": `${wf.type} ${wf.id}`, id: "wf-drawing" });
-  nodes.forEach((n, i) => {
-    const x = chain ? 10 + i * (bw + gap) : 10, y = chain ? 20 : 14 + i * (bh + 14);
-    if (chain && i > 0) svg.append(svgEl("line", { x1: x - gap, y1: y + bh / 2, x2: x, y2: y + bh / 2, stroke: "#98a2b3", "stroke-width": 2 }));
-    const state = n.job_state || n.state || "pending";
-    svg.append(svgEl("rect", { x, y, width: bw, height: bh, rx: 6, fill: STATE_COLOR[state] || "#eaecf0", stroke: "#98a2b3", "data-state": state }));
-    svg.append(svgEl("text", { x: x + 8, y: y + 18 }, (n.type || n.name || `step ${i + 1}`).slice(0, 22)));
-    svg.append(svgEl("text", { x: x + 8, y: y + 34, fill: "#475467" }, state));
-  });
-  if (wf.type === "batch" && wf.callbacks) {
-    svg.append(svgEl("text", { x: bw + 30, y: 30, fill: "#475467" }, `callbacks: ${Object.keys(wf.callbacks).join(", ")}`));
+const isNested = (n) => ["chain", "group", "batch"].includes(n.type) && (n.steps || n.jobs);
+
+/** Lay out a node of the workflow tree: a job is a box; a chain puts its steps left to
+ *  right joined by arrows; a group or batch stacks its jobs in a frame (a batch with its
+ *  callbacks beside). Returns an SVG group and its size. */
+function layout(node, depth = 0) {
+  const g = svgEl("g");
+  if (!isNested(node)) {
+    const state = node.job_state || node.state || "pending";
+    g.append(svgEl("rect", { x: 0, y: 0, width: 150, height: 44, rx: 6, fill: STATE_COLOR[state] || "#eaecf0", stroke: "#98a2b3", "data-state": state }));
+    g.append(svgEl("text", { x: 8, y: 18 }, String(node.type || "job").slice(0, 22)));
+    g.append(svgEl("text", { x: 8, y: 34, fill: "#475467" }, state));
+    return { g, w: 150, h: 44 };
   }
+  const kids = (node.steps || node.jobs).map((c) => layout(c, depth + 1));
+  const callbacks = Object.entries(node.callbacks || {}).map(([role, c]) => ({ role, ...layout(c, depth + 1) }));
+  const pad = depth ? 10 : 0, head = depth ? 16 : 0, gap = 30;
+  let w, h;
+  if (node.type === "chain") {
+    let x = pad;
+    h = 0;
+    kids.forEach((k, i) => {
+      if (i) g.append(svgEl("line", { x1: x - gap, y1: head + pad + 22, x2: x, y2: head + pad + 22, stroke: "#98a2b3", "stroke-width": 2 }));
+      k.g.setAttribute("transform", `translate(${x},${head + pad})`);
+      g.append(k.g);
+      x += k.w + gap;
+      h = Math.max(h, k.h);
+    });
+    w = x - gap + pad;
+    h += head + 2 * pad;
+  } else {
+    let y = head + pad;
+    w = 0;
+    for (const k of kids) {
+      k.g.setAttribute("transform", `translate(${pad},${y})`);
+      g.append(k.g);
+      y += k.h + 10;
+      w = Math.max(w, k.w);
+    }
+    let cy = head + pad;
+    for (const c of callbacks) {
+      c.g.setAttribute("transform", `translate(${pad + w + gap},${cy + 12})`);
+      g.append(svgEl("text", { x: pad + w + gap, y: cy + 8, fill: "#475467" }, `on ${c.role}`));
+      g.append(c.g);
+      cy += c.h + 26;
+    }
+    w += 2 * pad + (callbacks.length ? gap + Math.max(...callbacks.map((c) => c.w)) : 0);
+    h = Math.max(y - 10, cy - 14) + pad;
+  }
+  if (depth) {
+    g.prepend(svgEl("rect", { x: 0, y: 0, width: w, height: h, rx: 8, fill: "none", stroke: "#c0c6d0", "stroke-dasharray": "4 3" }));
+    g.append(svgEl("text", { x: 8, y: 12, fill: "#667085" }, `${node.type} · ${node.state || ""}`));
+  }
+  return { g, w, h };
+}
+
+/** The workflow as a tree of boxes, each job coloured by its state. */
+function drawWorkflow(wf) {
+  const { g, w, h } = layout(wf);
+  g.setAttribute("transform", "translate(10,10)");
+  const svg = svgEl("svg", { width: Math.max(w + 20, 240), height: h + 20, role: "img", "aria-label": `${wf.type} ${wf.id}`, id: "wf-drawing" });
+  svg.append(g);
   return svg;
 }
 
