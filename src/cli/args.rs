@@ -1,0 +1,241 @@
+//! The command-line shape of the admin subcommands (clap): what each takes.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Map, Value};
+
+/// How to reach the server; every subcommand takes these.
+#[derive(Args, Debug, Clone)]
+pub struct Conn {
+    /// The server's TCP address.
+    #[arg(
+        long,
+        env = "OJSD_ADDR",
+        default_value = "127.0.0.1:7419",
+        global = true
+    )]
+    pub addr: String,
+    /// The server's password, when it has one.
+    #[arg(long, env = "OJSD_PASSWORD", hide_env_values = true, global = true)]
+    pub password: Option<String>,
+    /// Print the server's JSON instead of a table (one JSON value per line for `tail`).
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Enqueue one job.
+    Push(Push),
+    /// Show one job's envelope.
+    Job {
+        id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List the queues with their counts and throughput.
+    Queues {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Pause, resume or purge a queue.
+    Queue {
+        #[command(subcommand)]
+        action: QueueAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The dead-letter set: list, retry, delete.
+    Dead {
+        #[command(subcommand)]
+        action: DeadAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List workers, or tell one to go quiet or terminate.
+    Workers {
+        #[command(subcommand)]
+        action: Option<WorkerAction>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Cron registrations: list, add, delete.
+    Cron {
+        #[command(subcommand)]
+        action: CronAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Workflows.
+    Workflow {
+        #[command(subcommand)]
+        action: WorkflowAction,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Follow the event stream (ojs-events), optionally filtered; Ctrl-C stops.
+    Tail(Tail),
+    /// Server totals, per-state counts and workers at a glance.
+    Stats {
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct Push {
+    /// The job type, e.g. `email.send`.
+    #[arg(required_unless_present = "envelope")]
+    pub job_type: Option<String>,
+    /// The job's args as a JSON array (a single JSON value is wrapped in one).
+    pub args: Option<String>,
+    #[arg(long)]
+    pub queue: Option<String>,
+    #[arg(long)]
+    pub priority: Option<i64>,
+    /// When the job becomes available (RFC 3339 with a zone).
+    #[arg(long)]
+    pub at: Option<String>,
+    /// `meta` as a JSON object.
+    #[arg(long)]
+    pub meta: Option<String>,
+    /// A whole job envelope as JSON, `@file` or `-` for stdin (the other options are
+    /// applied over it).
+    #[arg(long)]
+    pub envelope: Option<String>,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QueueAction {
+    /// Stop FETCH from taking jobs from these queues (they still accept jobs).
+    Pause {
+        queues: Vec<String>,
+    },
+    Resume {
+        queues: Vec<String>,
+    },
+    /// Delete a queue's jobs in the given states (default: available, scheduled).
+    Purge {
+        queue: String,
+        /// A state to purge (repeat for several): available, scheduled, pending,
+        /// retryable, completed, cancelled, discarded.
+        #[arg(long = "state")]
+        states: Vec<String>,
+        /// Only jobs older than this (RFC 3339).
+        #[arg(long)]
+        older_than: Option<String>,
+        /// Really delete (without it, the command shows what it would delete).
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct DeadFilter {
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Job type.
+    #[arg(long = "type")]
+    pub job_type: Option<String>,
+    /// The last error's type.
+    #[arg(long)]
+    pub error_type: Option<String>,
+}
+
+impl DeadFilter {
+    pub(super) fn to_json(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        for (k, v) in [
+            ("queue", &self.queue),
+            ("type", &self.job_type),
+            ("error_type", &self.error_type),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), json!(v));
+            }
+        }
+        m
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeadAction {
+    /// List dead letters, newest first.
+    List {
+        #[command(flatten)]
+        filter: DeadFilter,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+    },
+    /// Retry one dead letter (by id), or every one matching the filter with `--all`.
+    Retry {
+        id: Option<String>,
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        #[command(flatten)]
+        filter: DeadFilter,
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Delete one dead letter (by id), or every one matching the filter with `--all`.
+    Delete {
+        id: Option<String>,
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        #[command(flatten)]
+        filter: DeadFilter,
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkerAction {
+    /// Ask a worker (on its next heartbeat) to stop fetching.
+    Quiet { wid: String },
+    /// Ask a worker (on its next heartbeat) to finish up and exit.
+    Terminate { wid: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CronAction {
+    List,
+    /// Register (or replace) a cron job: its definition as JSON, `@file` or `-` for stdin.
+    Add {
+        definition: String,
+    },
+    Del {
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkflowAction {
+    /// A workflow with every step's state.
+    Get { id: String },
+}
+
+#[derive(Args, Debug)]
+pub struct Tail {
+    /// Event types (exact, or a prefix ending in `*` like `job.*`); repeat for several.
+    #[arg(long = "type")]
+    pub types: Vec<String>,
+    #[arg(long = "queue")]
+    pub queues: Vec<String>,
+    #[arg(long = "job-type")]
+    pub job_types: Vec<String>,
+    /// Replay from after this cursor, then follow.
+    #[arg(long, conflicts_with = "since")]
+    pub after: Option<u64>,
+    /// Replay from this time (RFC 3339), then follow.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Stop after this many events.
+    #[arg(long)]
+    pub count: Option<u64>,
+    #[command(flatten)]
+    pub conn: Conn,
+}
