@@ -145,9 +145,17 @@ pages.jobs = {
 pages.job = {
   async render({ arg: id }) {
     const { job } = await api("GET", `/ojs/v1/jobs/${encodeURIComponent(id)}`);
-    // Its events: the log's recent job events, in order, this job's only.
-    const log = await api("GET", `/ojs/v1/events?after=0&limit=1000&types=job.*`).catch(() => ({ events: [] }));
-    const mine = log.events.filter((e) => e.subject === job.id);
+    // Its events, in order: the job events logged from its creation on (pages of 1,000,
+    // at most 20 pages), this job's only.
+    const mine = [];
+    let q = `since=${encodeURIComponent(job.created_at)}`;
+    for (let i = 0; i < 20; i++) {
+      const log = await api("GET", `/ojs/v1/events?${q}&limit=1000&types=job.*`).catch(() => null);
+      if (!log) break;
+      mine.push(...log.events.filter((e) => e.subject === job.id));
+      if (!log.has_more) break;
+      q = `after=${log.cursor}`;
+    }
     const actions = [];
     if (job.state === "discarded") actions.push(action("Retry", () => api("POST", `/ojs/v1/dead-letter/${encodeURIComponent(job.id)}/retry`)));
     if (!["completed", "cancelled", "discarded"].includes(job.state)) {
