@@ -158,6 +158,25 @@ async fn one_job(st: &AppState, wid: Option<Arc<str>>, cmd: Command) -> Result<J
     }
 }
 
+/// The job's current envelope (JOB).
+async fn read(st: &AppState, id: &str) -> Result<JobView, ApiError> {
+    one_job(st, None, Command::Job { id: id.to_string() }).await
+}
+
+/// `[envelope, ...]`, spliced from the engine's encoded envelopes.
+fn envelopes(views: &[JobView]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + views.iter().map(|j| j.json().len() + 1).sum::<usize>());
+    out.push(b'[');
+    for (i, j) in views.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(j.json());
+    }
+    out.push(b']');
+    out
+}
+
 async fn push(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let (job, len) = push_cmd(envelope(object(&body)?)?);
     let job = one_job(&st, None, Command::Push { job, len }).await?;
@@ -195,14 +214,9 @@ async fn push_batch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Respo
         Answer::Job(j) => vec![j],
         other => return Err(ApiError::unexpected(&other)),
     };
-    let mut body = b"{\"jobs\":[".to_vec();
-    for (i, j) in views.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(j.json());
-    }
-    body.extend_from_slice(format!("],\"count\":{}}}", views.len()).as_bytes());
+    let mut body = b"{\"jobs\":".to_vec();
+    body.extend_from_slice(&envelopes(&views));
+    body.extend_from_slice(format!(",\"count\":{}}}", views.len()).as_bytes());
     Ok(json_response(StatusCode::CREATED, body))
 }
 
@@ -210,10 +224,7 @@ async fn get_job(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(job_body(
-        StatusCode::OK,
-        &one_job(&st, None, Command::Job { id }).await?,
-    ))
+    Ok(job_body(StatusCode::OK, &read(&st, &id).await?))
 }
 
 /// The binding answers `409` for a job already finished, where TCP CANCEL is idempotent
@@ -222,9 +233,7 @@ async fn cancel(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let before = one_job(&st, None, Command::Job { id: id.clone() })
-        .await?
-        .job()?;
+    let before = read(&st, &id).await?.job()?;
     if before.state.is_terminal() {
         return Err(conflict(
             &id,
@@ -235,10 +244,7 @@ async fn cancel(
     st.engine
         .call(None, Command::Cancel { id: id.clone() })
         .await?;
-    Ok(job_body(
-        StatusCode::OK,
-        &one_job(&st, None, Command::Job { id }).await?,
-    ))
+    Ok(job_body(StatusCode::OK, &read(&st, &id).await?))
 }
 
 async fn activate(
@@ -248,10 +254,7 @@ async fn activate(
     st.engine
         .call(None, Command::Activate { id: id.clone() })
         .await?;
-    Ok(job_body(
-        StatusCode::OK,
-        &one_job(&st, None, Command::Job { id }).await?,
-    ))
+    Ok(job_body(StatusCode::OK, &read(&st, &id).await?))
 }
 
 fn conflict(id: &str, state: State, expected: &str) -> ApiError {
@@ -311,14 +314,9 @@ async fn fetch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, 
         Answer::Jobs(v) => v,
         other => return Err(ApiError::unexpected(&other)),
     };
-    let mut body = b"{\"jobs\":[".to_vec();
-    for (i, j) in jobs.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(j.json());
-    }
-    body.extend_from_slice(b"]}");
+    let mut body = b"{\"jobs\":".to_vec();
+    body.extend_from_slice(&envelopes(&jobs));
+    body.push(b'}');
     Ok(json_response(StatusCode::OK, body))
 }
 
@@ -331,9 +329,7 @@ async fn settle_as(
     id: &str,
     verb: &str,
 ) -> Result<Option<Arc<str>>, ApiError> {
-    let job = one_job(st, None, Command::Job { id: id.to_string() })
-        .await?
-        .job()?;
+    let job = read(st, id).await?.job()?;
     if job.state != State::Active {
         return Err(conflict(id, job.state, &format!("an active job to {verb}")));
     }
@@ -354,9 +350,7 @@ async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, Ap
             },
         )
         .await?;
-    let job = one_job(&st, None, Command::Job { id: id.clone() })
-        .await?
-        .job()?;
+    let job = read(&st, &id).await?.job()?;
     let body = json!({"acknowledged": true, "job_id": id, "state": job.state.as_str(),
         "completed_at": job.completed_at.map(crate::job::format_ts)});
     Ok(json_response(
@@ -397,9 +391,7 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
             },
         )
         .await?;
-    let job = one_job(&st, None, Command::Job { id: id.clone() })
-        .await?
-        .job()?;
+    let job = read(&st, &id).await?.job()?;
     let mut out = json!({"job_id": id, "state": job.state.as_str(), "attempt": job.attempt,
         "max_attempts": job.retry.max_attempts});
     if let Some(next) = job.next_retry_at {
