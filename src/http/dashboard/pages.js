@@ -23,7 +23,9 @@ function lineChart(title, points, series, height = 150) {
     svg.append(svgEl("path", { d, fill: "none", stroke: s.color, "stroke-width": 2 }));
   }
   return el("div", { class: "chart" }, el("strong", {}, title), svg,
-    el("div", { class: "legend" }, series.map((s) => el("span", { style: `color:${s.color}` }, `■ ${s.label}`))));
+    // Swatches as SVG (the page's CSP allows no inline style attributes).
+    el("div", { class: "legend" }, series.map((s) => el("span", {},
+      svgEl("svg", { width: 10, height: 10 }, svgEl("rect", { width: 10, height: 10, fill: s.color })), ` ${s.label}`))));
 }
 
 pages.overview = {
