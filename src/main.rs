@@ -96,6 +96,10 @@ struct Args {
     /// disables it. Port 0 picks a free port; the chosen address is printed.
     #[arg(long, env = "OJSD_HTTP_LISTEN", default_value = "127.0.0.1:7420", value_parser = parse_http_listen)]
     http_listen: HttpListen,
+    /// Browser origins allowed to call the HTTP API across origins (CORS), e.g.
+    /// `https://admin.example.com`; repeat or separate with commas. None by default.
+    #[arg(long = "cors-origin", env = "OJSD_CORS_ORIGINS", value_delimiter = ',')]
+    cors_origin: Vec<String>,
     /// How long an SSE stream may stay silent before a keep-alive comment is sent, ms.
     #[arg(long, env = "OJSD_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     sse_keepalive_ms: u64,
@@ -307,6 +311,7 @@ fn run(args: Args) -> Result<(), String> {
                     max_connections: args.max_connections,
                     handshake_timeout: Duration::from_millis(args.hello_timeout_ms),
                     tls: tls.as_ref().map(|t| t.http.clone()),
+                    cors_origins: args.cors_origin.clone(),
                 };
                 Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
             }

@@ -406,3 +406,77 @@ fn the_password_guards_the_binding_routes() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+#[test]
+fn cors_answers_preflights_for_the_allowed_origins_only() {
+    let srv = Server::start_with(&[
+        "--password",
+        "pw",
+        "--cors-origin",
+        "https://admin.example,https://ops.example",
+    ]);
+    let a = srv.http_addr.clone();
+    let preflight = |origin: &str| {
+        request(
+            &a,
+            "OPTIONS",
+            "/ojs/v1/jobs",
+            &[
+                ("origin", origin),
+                ("access-control-request-method", "POST"),
+                (
+                    "access-control-request-headers",
+                    "authorization, content-type",
+                ),
+            ],
+        )
+    };
+    // Answered before the password check, with the binding's headers.
+    let r = preflight("https://ops.example");
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://ops.example")
+    );
+    assert!(r
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("POST"));
+    assert!(r
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("Authorization"));
+    assert_eq!(r.header("access-control-max-age"), Some("86400"));
+    // Another origin gets no CORS headers at all (and the password check).
+    let r = preflight("https://evil.example");
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert_eq!(r.status, 401);
+    // A real request from an allowed origin carries the origin and the exposed headers.
+    let r = request(
+        &a,
+        "GET",
+        "/ojs/v1/queues",
+        &[
+            ("origin", "https://admin.example"),
+            ("authorization", "Bearer pw"),
+        ],
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://admin.example")
+    );
+    assert!(r
+        .header("access-control-expose-headers")
+        .unwrap()
+        .contains("X-Request-Id"));
+    // Without --cors-origin, nothing is allowed.
+    let plain = Server::start();
+    let r = request(
+        &plain.http_addr,
+        "GET",
+        "/ojs/v1/queues",
+        &[("origin", "https://admin.example")],
+    );
+    assert_eq!(r.header("access-control-allow-origin"), None);
+}

@@ -17,6 +17,7 @@
 //! one); errors are JSON in the binding's shape ([`error`]).
 
 pub mod admin;
+pub mod cors;
 pub mod cron;
 pub mod dashboard;
 pub mod error;
@@ -63,6 +64,8 @@ pub struct HttpConfig {
     pub handshake_timeout: Duration,
     /// `--tls-cert`/`--tls-key`: serve HTTPS only.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// `--cors-origin`: browser origins allowed to call the API (§20); empty = none.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for HttpConfig {
@@ -73,6 +76,7 @@ impl Default for HttpConfig {
             max_connections: crate::server::DEFAULT_MAX_CONNECTIONS,
             handshake_timeout: Duration::from_millis(crate::server::DEFAULT_HELLO_TIMEOUT_MS),
             tls: None,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -87,6 +91,7 @@ pub struct AppState {
 /// Every route, with the fallbacks and the header middleware.
 pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
     let password = cfg.password.clone().map(Arc::<str>::from);
+    let cors_origins: Arc<[String]> = cfg.cors_origins.clone().into();
     let state = AppState {
         engine,
         cfg: Arc::new(cfg),
@@ -124,6 +129,9 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
             move |req: Request, next: Next| auth(password.clone(), req, next),
         ))
         .layer(axum::middleware::from_fn(dashboard::csrf_guard))
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| cors::cors(cors_origins.clone(), req, next),
+        ))
         .layer(axum::middleware::from_fn(headers))
 }
 
