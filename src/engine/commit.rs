@@ -157,6 +157,7 @@ impl Engine {
         let written = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
         Self::log_events(&mut txn);
         let batch = std::mem::take(&mut txn.batch);
+        let wrote = !batch.is_empty();
         let failed = self.pipeline.as_ref().and_then(|p| p.failed.clone());
         let result = match (&failed, self.pipeline.is_some()) {
             (Some(e), _) => Err(StoreError::Backend(format!("an earlier sync failed: {e}"))),
@@ -193,7 +194,9 @@ impl Engine {
             return Ok(());
         };
         let replies: Vec<_> = replies.collect();
-        if replies.is_empty() && txn.events.is_empty() {
+        // A batch that wrote something is synced even with nothing to answer (timers,
+        // pruning), so that no write waits for the next client to be made durable.
+        if replies.is_empty() && txn.events.is_empty() && !wrote {
             return Ok(());
         }
         p.written += 1;
