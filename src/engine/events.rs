@@ -91,6 +91,16 @@ impl Engine {
         let mut rest = &txn.events[..];
         while let Some(first) = rest.first() {
             let (record, taken) = events::encode_chunk(rest);
+            if taken == 0 {
+                // Only an event read back from an old log record has no compact form, and
+                // the engine never logs one again; never loop on it.
+                tracing::error!(
+                    cursor = first.cursor,
+                    "an event without a compact form was not logged"
+                );
+                rest = &rest[1..];
+                continue;
+            }
             txn.batch
                 .put(Space::Event, &events::cursor_key(first.cursor), record);
             rest = &rest[taken..];
