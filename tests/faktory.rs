@@ -156,3 +156,47 @@ fn off_by_default() {
     let s = Server::start();
     assert!(s.faktory_addr.is_empty());
 }
+
+#[test]
+fn ack_by_jid_after_kill_9() {
+    let mut s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-k"));
+    assert_eq!(
+        c.call(r#"PUSH {"jid":"survivor-123","jobtype":"K","args":[]}"#),
+        "+OK"
+    );
+    assert_eq!(c.json("FETCH default")["jid"], "survivor-123");
+    drop(c);
+    s.kill9();
+    s.restart();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-k2"));
+    // Requeued at restart (it was active), fetched again and acknowledged by its jid.
+    assert_eq!(c.json("FETCH default")["jid"], "survivor-123");
+    assert_eq!(c.call(r#"ACK {"jid":"survivor-123"}"#), "+OK");
+    let mut o = s.client();
+    let id = ojsd::protocol::faktory::ojs_id("survivor-123");
+    assert_eq!(common::state_of(&mut o, &id), "completed");
+}
+
+#[test]
+fn retry_zero_and_minus_one_are_not_retried() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-r"));
+    let mut o = s.client();
+    for (jid, retry) in [("zero-retry-1", 0), ("dead-retry-1", -1)] {
+        let job = json!({"jid": jid, "jobtype": "R", "args": [], "retry": retry});
+        assert_eq!(c.call(&format!("PUSH {job}")), "+OK");
+        assert_eq!(c.json("FETCH default")["jid"], jid);
+        let fail = json!({"jid": jid, "errtype": "E", "message": "no"});
+        assert_eq!(c.call(&format!("FAIL {fail}")), "+OK");
+    }
+    let zero = ojsd::protocol::faktory::ojs_id("zero-retry-1");
+    let dead = ojsd::protocol::faktory::ojs_id("dead-retry-1");
+    assert_ne!(common::state_of(&mut o, &zero), "retryable");
+    assert!(common::dead_ids(&mut o).contains(&dead));
+    // Not yet Faktory's rule: the engine does not act on `on_exhaustion: discard`, so a
+    // `retry: 0` job is not deleted but kept as discarded (PROTOCOL.md §15).
+    assert_eq!(common::state_of(&mut o, &zero), "discarded");
+    let e = c.call(r#"PUSH {"jid":"bad-retry-1","jobtype":"R","retry":-2}"#);
+    assert!(e.starts_with("-ERR") && e.contains("retry must be"), "{e}");
+}
