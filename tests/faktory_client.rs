@@ -6,6 +6,9 @@ use common::Server;
 use faktory::{Client, Job, Worker};
 use std::sync::{Arc, Mutex};
 
+/// What the worker's handler saw: each job's jid and args.
+type Seen = Arc<Mutex<Vec<(String, Vec<serde_json::Value>)>>>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_faktory_crate_pushes_runs_and_acks_a_job() {
     let s =
@@ -18,7 +21,7 @@ async fn the_faktory_crate_pushes_runs_and_acks_a_job() {
     let jid = job.id().to_string();
     client.enqueue(job).await.expect("enqueue");
 
-    let seen: Arc<Mutex<Vec<(String, Vec<serde_json::Value>)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let sink = seen.clone();
     let mut worker = Worker::builder()
         .register_fn("SomeJob", move |job| {
