@@ -200,3 +200,26 @@ fn retry_zero_and_minus_one_are_not_retried() {
     let e = c.call(r#"PUSH {"jid":"bad-retry-1","jobtype":"R","retry":-2}"#);
     assert!(e.starts_with("-ERR") && e.contains("retry must be"), "{e}");
 }
+
+#[test]
+fn a_refetched_job_carries_the_failure_record() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-f"));
+    let mut o = s.client();
+    assert_eq!(
+        c.call(r#"PUSH {"jid":"retried-job-1","jobtype":"F","args":[],"retry":3}"#),
+        "+OK"
+    );
+    assert_eq!(c.json("FETCH default")["jid"], "retried-job-1");
+    let fail = r#"FAIL {"jid":"retried-job-1","errtype":"IOError","message":"disk","backtrace":["x.rb:1"]}"#;
+    assert_eq!(c.call(fail), "+OK");
+    common::advance(&mut o, 3600.0);
+    let got = c.json("FETCH default");
+    assert_eq!(got["jid"], "retried-job-1", "{got}");
+    let f = &got["failure"];
+    assert_eq!(f["errtype"], "IOError", "{got}");
+    assert_eq!(f["message"], "disk");
+    assert_eq!(f["backtrace"], json!(["x.rb:1"]));
+    assert_eq!(f["retry_count"], 0, "{got}");
+    assert_eq!(f["remaining"], 3, "{got}");
+}

@@ -262,6 +262,40 @@ pub fn to_faktory_job(ojs: &Value) -> Value {
     put("created_at", ojs.get("created_at"));
     put("enqueued_at", ojs.get("enqueued_at"));
     put("at", ojs.get("scheduled_at"));
+    // After a failure: Faktory's `failure` record from the OJS error, attempt and retry time.
+    if let Some(Value::Object(e)) = ojs.get("error") {
+        let attempt = ojs.get("attempt").and_then(Value::as_u64).unwrap_or(0);
+        let max = ojs
+            .pointer("/retry/max_attempts")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        // `attempt` counts deliveries, this one included: failures so far are one fewer
+        // on a refetched job, and Faktory counts the first failure as retry 0.
+        let failures = attempt.saturating_sub(1).max(1);
+        let mut failure = Map::new();
+        failure.insert("retry_count".into(), json!(failures.saturating_sub(1)));
+        failure.insert("remaining".into(), json!(max.saturating_sub(failures)));
+        for (k, v) in [
+            ("failed_at", e.get("occurred_at").or(e.get("at"))),
+            ("next_at", ojs.get("next_retry_at")),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_null()) {
+                failure.insert(k.into(), v.clone());
+            }
+        }
+        failure.insert(
+            "message".into(),
+            e.get("message").cloned().unwrap_or(json!("")),
+        );
+        failure.insert(
+            "errtype".into(),
+            e.get("type").cloned().unwrap_or(json!("unknown")),
+        );
+        if let Some(bt) = e.get("backtrace").filter(|v| !v.is_null()) {
+            failure.insert("backtrace".into(), bt.clone());
+        }
+        out.insert("failure".into(), Value::Object(failure));
+    }
     out.insert(
         "args".into(),
         ojs.get("args").cloned().unwrap_or_else(|| json!([])),
