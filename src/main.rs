@@ -101,6 +101,11 @@ struct Args {
     #[arg(long = "cors-origin", env = "OJSD_CORS_ORIGINS", value_delimiter = ',')]
     cors_origin: Vec<String>,
     /// How long an SSE stream may stay silent before a keep-alive comment is sent, ms.
+    /// A second TCP listener that speaks the Faktory dialect (off unless set; Faktory
+    /// clients expect 7419, so then move --listen elsewhere).
+    #[arg(long, env = "OJSD_FAKTORY_LISTEN")]
+    faktory_listen: Option<SocketAddr>,
+
     #[arg(long, env = "OJSD_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     sse_keepalive_ms: u64,
     /// Bytes of replies a TCP connection may owe (pipelined, not yet read by the client)
@@ -240,7 +245,7 @@ fn run(args: Args) -> Result<(), String> {
     // Both ports are bound before the data dir is touched: a port in use fails at once,
     // creates no data dir, and takes no lock. While the store opens and the index is
     // rebuilt, clients that connect wait in the listen backlog; none is refused.
-    let (listener, http_listener) = {
+    let (listener, http_listener, faktory_listener) = {
         let _in_runtime = runtime.enter();
         let listener = server::bind(args.listen)
             .map_err(|e| format!("cannot listen on {} (--listen): {e}", args.listen))?;
@@ -251,7 +256,14 @@ fn run(args: Args) -> Result<(), String> {
             ),
             None => None,
         };
-        (listener, http_listener)
+        let faktory_listener = match args.faktory_listen {
+            Some(addr) => Some(
+                server::bind(addr)
+                    .map_err(|e| format!("cannot listen on {addr} (--faktory-listen): {e}"))?,
+            ),
+            None => None,
+        };
+        (listener, http_listener, faktory_listener)
     };
     let opening = std::time::Instant::now();
     let cache_bytes = args.cache_mb.saturating_mul(1024 * 1024);
@@ -294,6 +306,7 @@ fn run(args: Args) -> Result<(), String> {
         max_auth_failures: args.max_auth_failures,
         auth_failure_window: Duration::from_millis(args.auth_failure_window_ms),
         tls: tls.as_ref().map(|t| t.tcp.clone()),
+        dialect: server::Dialect::Ojs,
     });
     let result = runtime.block_on(async move {
         let local = listener.local_addr().map_err(|e| e.to_string())?;
@@ -317,6 +330,18 @@ fn run(args: Args) -> Result<(), String> {
             }
             None => None,
         };
+        let faktory = match faktory_listener {
+            Some(l) => {
+                let addr = l.local_addr().map_err(|e| e.to_string())?;
+                announce(&format!("ojsd faktory listening on {addr}"));
+                let cfg = Arc::new(ServerConfig {
+                    dialect: server::Dialect::Faktory,
+                    ..(*server_cfg).clone()
+                });
+                Some(tokio::spawn(server::accept_loop(l, handle.clone(), cfg)))
+            }
+            None => None,
+        };
         tracing::info!(addr = %local, data_dir = %args.data_dir.display(), "ojsd ready");
         let accept = tokio::spawn(server::accept_loop(listener, handle.clone(), server_cfg));
         let engine_done = tokio::task::spawn_blocking(move || engine_thread.join());
@@ -327,6 +352,9 @@ fn run(args: Args) -> Result<(), String> {
                 accept.abort();
                 if let Some(http) = &http {
                     http.abort();
+                }
+                if let Some(f) = &faktory {
+                    f.abort();
                 }
                 handle.shutdown();
                 match engine_done.await {

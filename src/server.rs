@@ -15,7 +15,7 @@ pub mod limits;
 use crate::engine::{unavailable, EngineHandle};
 use crate::engine::{Answer, Answered};
 use crate::error::{ErrorCode, OjsError};
-use crate::protocol::{parse_command, Command, Frame, LineCodec, Reply};
+use crate::protocol::{faktory, parse_command, Command, Frame, LineCodec, Reply};
 use budget::{wire_len, worst_case, ReplyBudget};
 use futures_util::{SinkExt, StreamExt};
 use limits::{AuthLimiter, Gate, Ticket};
@@ -61,6 +61,42 @@ pub struct ServerConfig {
     pub max_auth_failures: u32,
     pub auth_failure_window: Duration,
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Which command language this listener speaks.
+    pub dialect: Dialect,
+}
+
+/// The command language of one listener: HELLO, the password, TLS and the limits are the
+/// same for both; commands and replies differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    #[default]
+    Ojs,
+    /// `--faktory-listen`: see `protocol::faktory`.
+    Faktory,
+}
+
+/// How a reply is rendered from the engine's typed answer.
+#[derive(Debug, Clone, Copy)]
+enum Render {
+    Ojs,
+    Faktory(faktory::Render),
+}
+
+impl Render {
+    fn reply(self, a: Answered) -> Reply {
+        match self {
+            Render::Ojs => Reply::from(a),
+            Render::Faktory(how) => faktory::render(how, a),
+        }
+    }
+}
+
+/// A line in the listener's dialect.
+fn parse_line(dialect: Dialect, line: &[u8]) -> Result<(Command, Render), OjsError> {
+    match dialect {
+        Dialect::Ojs => parse_command(line).map(|c| (c, Render::Ojs)),
+        Dialect::Faktory => faktory::parse(line).map(|(c, r)| (c, Render::Faktory(r))),
+    }
 }
 
 impl Default for ServerConfig {
@@ -77,6 +113,7 @@ impl Default for ServerConfig {
             max_auth_failures: DEFAULT_MAX_AUTH_FAILURES,
             auth_failure_window: Duration::from_millis(DEFAULT_AUTH_FAILURE_WINDOW_MS),
             tls: None,
+            dialect: Dialect::Ojs,
         }
     }
 }
@@ -96,9 +133,9 @@ const NOTICE_TIMEOUT: Duration = Duration::from_millis(200);
 
 enum Pending {
     Ready(Reply),
-    Wait(oneshot::Receiver<Answered>),
+    Wait(oneshot::Receiver<Answered>, Render),
     /// A FETCH, which may wait up to the fetch timeout for a job.
-    Fetch(oneshot::Receiver<Answered>),
+    Fetch(oneshot::Receiver<Answered>, Render),
     /// From here on the connection is an event stream.
     Subscribe(crate::events::EventFilter, crate::events::Start),
 }
@@ -310,7 +347,7 @@ where
             }
             Frame::Line(l) => l,
         };
-        match parse_command(&line) {
+        match parse_line(shared.cfg.dialect, &line).map(|(c, _)| c) {
             Ok(Command::Hello(v)) => {
                 if let Some(c) = &challenge {
                     if let Some(refusal) = check_password(shared, peer, &v, c).await {
@@ -450,7 +487,7 @@ where
         while let Some((p, reserved)) = rx.recv().await {
             let reply = match p {
                 Pending::Ready(r) => r,
-                Pending::Wait(mut w) => Reply::from(match take_ready(&mut w) {
+                Pending::Wait(mut w, render) => render.reply(match take_ready(&mut w) {
                     Some(r) => r,
                     None => {
                         // Send what is already answered before waiting on this one.
@@ -458,7 +495,7 @@ where
                         w.await.unwrap_or_else(|_| unavailable())
                     }
                 }),
-                Pending::Fetch(mut w) => Reply::from(match take_ready(&mut w) {
+                Pending::Fetch(mut w, render) => render.reply(match take_ready(&mut w) {
                     Some(r) => r,
                     None => {
                         flush(&mut sink, &budget, &mut unflushed).await?;
@@ -528,13 +565,13 @@ where
         if streaming {
             // An event stream only listens for END (or the socket closing).
             if let Ok(Frame::Line(line)) = &frame {
-                if matches!(parse_command(line), Ok(Command::End)) {
+                if matches!(parse_line(cfg.dialect, line), Ok((Command::End, _))) {
                     break;
                 }
             }
             continue;
         }
-        let (cmd, line_len) = match frame {
+        let (cmd, render, line_len) = match frame {
             Err(e) => {
                 tracing::debug!(error = %e, "read error");
                 break;
@@ -544,9 +581,13 @@ where
                     ErrorCode::LineTooLong,
                     format!("line longer than {limit} bytes; it was discarded"),
                 )),
+                Render::Ojs,
                 0,
             ),
-            Ok(Frame::Line(line)) => (parse_command(&line), line.len()),
+            Ok(Frame::Line(line)) => match parse_line(cfg.dialect, &line) {
+                Ok((c, r)) => (Ok(c), r, line.len()),
+                Err(e) => (Err(e), Render::Ojs, line.len()),
+            },
         };
         let want = match &cmd {
             Ok(Command::End) => break,
@@ -569,9 +610,9 @@ where
                 Pending::Ready(err(ErrorCode::MalformedCommand, "HELLO was already sent"))
             }
             Ok(cmd @ Command::Fetch { .. }) => {
-                Pending::Fetch(engine.submit(wid.clone(), cmd, line_len).await)
+                Pending::Fetch(engine.submit(wid.clone(), cmd, line_len).await, render)
             }
-            Ok(cmd) => Pending::Wait(engine.submit(wid.clone(), cmd, line_len).await),
+            Ok(cmd) => Pending::Wait(engine.submit(wid.clone(), cmd, line_len).await, render),
             Err(e) => Pending::Ready(Reply::Error(e)),
         };
         if tx.send((pending, reserved)).await.is_err() {

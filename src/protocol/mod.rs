@@ -5,6 +5,7 @@ pub mod admin;
 pub mod codec;
 pub mod command;
 pub mod cron;
+pub mod faktory;
 pub mod reply;
 pub mod workflow;
 

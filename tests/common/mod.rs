@@ -19,6 +19,9 @@ pub struct Server {
     /// The HTTP front end's address (`ojsd http listening on ...`); empty when a test
     /// turned it off with `--http-listen off`.
     pub http_addr: String,
+    /// The Faktory dialect's address (`ojsd faktory listening on ...`); empty unless a test
+    /// passed `--faktory-listen`.
+    pub faktory_addr: String,
     dir: tempfile::TempDir,
     extra: Vec<String>,
     /// `ulimit -n` for the server process, when a test wants it to run short of descriptors.
@@ -57,6 +60,7 @@ impl Server {
             child: None,
             addr: String::new(),
             http_addr: String::new(),
+            faktory_addr: String::new(),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             fd_limit,
@@ -129,6 +133,18 @@ impl Server {
                 .trim()
                 .strip_prefix("ojsd http listening on ")
                 .unwrap_or_else(|| panic!("unexpected second line from ojsd: {line:?}"))
+                .to_string();
+        }
+        self.faktory_addr = String::new();
+        if self.extra.iter().any(|e| e.starts_with("--faktory-listen")) {
+            let mut line = String::new();
+            stdout
+                .read_line(&mut line)
+                .expect("read faktory listening line");
+            self.faktory_addr = line
+                .trim()
+                .strip_prefix("ojsd faktory listening on ")
+                .unwrap_or_else(|| panic!("unexpected line from ojsd: {line:?}"))
                 .to_string();
         }
         self.child = Some(child);

@@ -1,0 +1,225 @@
+//! The Faktory dialect on `--faktory-listen`, over a raw socket: the exact replies a
+//! Faktory client reads, and the same jobs seen from the OJS port.
+
+mod common;
+
+use common::Server;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Conn {
+    fn open(addr: &str, wid: Option<&str>) -> Conn {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut c = Conn {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        };
+        let hi = c.line();
+        assert!(hi.starts_with("+HI "), "{hi}");
+        let mut hello = json!({"hostname": "h", "pid": 1, "v": 2, "labels": []});
+        if let Some(w) = wid {
+            hello["wid"] = json!(w);
+        }
+        assert_eq!(c.call(&format!("HELLO {hello}")), "+OK");
+        c
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).expect("read");
+        l.trim_end().to_string()
+    }
+
+    /// One command; a bulk reply is returned as its payload, anything else as its line.
+    fn call(&mut self, cmd: &str) -> String {
+        self.w.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+        let first = self.line();
+        match first.strip_prefix('$') {
+            Some("-1") => "$-1".to_string(),
+            Some(_) => self.line(),
+            None => first,
+        }
+    }
+
+    fn json(&mut self, cmd: &str) -> Value {
+        let r = self.call(cmd);
+        serde_json::from_str(&r).unwrap_or_else(|e| panic!("{cmd}: {r:?}: {e}"))
+    }
+}
+
+fn start() -> Server {
+    Server::start_with(&["--faktory-listen", "127.0.0.1:0"])
+}
+
+#[test]
+fn push_fetch_ack_round_trip_faktory_names_and_fields() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w1"));
+    let job = json!({"jid": "abcdefgh1234", "jobtype": "SomeWorker", "args": [1, "two"],
+        "queue": "High_Prio", "retry": 5, "reserve_for": 600, "custom": {"k": "v"}, "extra": 1});
+    assert_eq!(c.call(&format!("PUSH {job}")), "+OK");
+    assert_eq!(c.call("FETCH default"), "$-1");
+    let got = c.json("FETCH High_Prio default");
+    for k in [
+        "jid",
+        "jobtype",
+        "args",
+        "queue",
+        "retry",
+        "reserve_for",
+        "custom",
+        "extra",
+    ] {
+        assert_eq!(got[k], job[k], "{k} in {got}");
+    }
+    assert!(
+        got["created_at"].is_string() && got["enqueued_at"].is_string(),
+        "{got}"
+    );
+    // The same record on the OJS side.
+    let mut o = s.client();
+    let id = ojsd::protocol::faktory::ojs_id("abcdefgh1234");
+    assert_eq!(common::state_of(&mut o, &id), "active");
+    assert_eq!(c.call(r#"ACK {"jid":"abcdefgh1234"}"#), "+OK");
+    assert_eq!(common::state_of(&mut o, &id), "completed");
+    // ACK of an unknown or finished jid is still +OK, from any connection.
+    let mut other = Conn::open(&s.faktory_addr, None);
+    assert_eq!(other.call(r#"ACK {"jid":"abcdefgh1234"}"#), "+OK");
+    assert_eq!(other.call(r#"ACK {"jid":"never-pushed-1"}"#), "+OK");
+    assert_eq!(c.call("END"), "");
+}
+
+#[test]
+fn bad_input_gets_faktory_errors_and_the_connection_stays() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, None);
+    let e = c.call(r#"PUSH {"jid":"abcdefgh12"}"#);
+    assert!(
+        e.starts_with("-ERR ") && e.ends_with("jobs must have a jobtype parameter"),
+        "{e}"
+    );
+    let e = c.call(r#"PUSH {"jid":"short","jobtype":"x"}"#);
+    assert!(e.ends_with("jid must be at least 8 characters"), "{e}");
+    let e = c.call("BATCH NEW {}");
+    assert!(
+        e.ends_with("BATCH is only available in Faktory Enterprise"),
+        "{e}"
+    );
+    let e = c.call("NOPE");
+    assert!(e.ends_with("Unknown command NOPE"), "{e}");
+    // The OJS dialect's commands are not this port's.
+    assert!(c.call("QUEUE LIST").starts_with("-ERR"));
+    assert_eq!(c.call(r#"PUSH {"jid":"abcdefgh12","jobtype":"x"}"#), "+OK");
+}
+
+#[test]
+fn fail_then_info_and_beat_directives() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-beat"));
+    assert_eq!(
+        c.call(r#"PUSH {"jid":"failing-job-1","jobtype":"Boom","args":[]}"#),
+        "+OK"
+    );
+    let got = c.json("FETCH default");
+    assert_eq!(got["jid"], "failing-job-1");
+    assert_eq!(
+        c.call(r#"FAIL {"jid":"failing-job-1","errtype":"RuntimeError","message":"bad","backtrace":["a:1"]}"#),
+        "+OK"
+    );
+    let mut o = s.client();
+    let j = o
+        .job(&ojsd::protocol::faktory::ojs_id("failing-job-1"))
+        .unwrap();
+    assert_eq!(j["state"], "retryable", "{j}");
+    let info = c.json("INFO");
+    assert_eq!(info["server"]["faktory_version"], "1.9.4");
+    assert!(info["server"]["description"].is_string());
+    assert_eq!(info["faktory"]["tasks"]["Retries"]["size"], 1, "{info}");
+    assert_eq!(c.call(r#"BEAT {"wid":"w-beat"}"#), "+OK");
+    o.call("WORKER QUIET w-beat").unwrap();
+    assert_eq!(
+        c.json(r#"BEAT {"wid":"w-beat"}"#),
+        json!({"state": "quiet"})
+    );
+}
+
+#[test]
+fn off_by_default() {
+    let s = Server::start();
+    assert!(s.faktory_addr.is_empty());
+}
+
+#[test]
+fn ack_by_jid_after_kill_9() {
+    let mut s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-k"));
+    assert_eq!(
+        c.call(r#"PUSH {"jid":"survivor-123","jobtype":"K","args":[]}"#),
+        "+OK"
+    );
+    assert_eq!(c.json("FETCH default")["jid"], "survivor-123");
+    drop(c);
+    s.kill9();
+    s.restart();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-k2"));
+    // Requeued at restart (it was active), fetched again and acknowledged by its jid.
+    assert_eq!(c.json("FETCH default")["jid"], "survivor-123");
+    assert_eq!(c.call(r#"ACK {"jid":"survivor-123"}"#), "+OK");
+    let mut o = s.client();
+    let id = ojsd::protocol::faktory::ojs_id("survivor-123");
+    assert_eq!(common::state_of(&mut o, &id), "completed");
+}
+
+#[test]
+fn retry_zero_and_minus_one_are_not_retried() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-r"));
+    let mut o = s.client();
+    for (jid, retry) in [("zero-retry-1", 0), ("dead-retry-1", -1)] {
+        let job = json!({"jid": jid, "jobtype": "R", "args": [], "retry": retry});
+        assert_eq!(c.call(&format!("PUSH {job}")), "+OK");
+        assert_eq!(c.json("FETCH default")["jid"], jid);
+        let fail = json!({"jid": jid, "errtype": "E", "message": "no"});
+        assert_eq!(c.call(&format!("FAIL {fail}")), "+OK");
+    }
+    let zero = ojsd::protocol::faktory::ojs_id("zero-retry-1");
+    let dead = ojsd::protocol::faktory::ojs_id("dead-retry-1");
+    assert_ne!(common::state_of(&mut o, &zero), "retryable");
+    assert!(common::dead_ids(&mut o).contains(&dead));
+    // Not yet Faktory's rule: the engine does not act on `on_exhaustion: discard`, so a
+    // `retry: 0` job is not deleted but kept as discarded (PROTOCOL.md §15).
+    assert_eq!(common::state_of(&mut o, &zero), "discarded");
+    let e = c.call(r#"PUSH {"jid":"bad-retry-1","jobtype":"R","retry":-2}"#);
+    assert!(e.starts_with("-ERR") && e.contains("retry must be"), "{e}");
+}
+
+#[test]
+fn a_refetched_job_carries_the_failure_record() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-f"));
+    let mut o = s.client();
+    assert_eq!(
+        c.call(r#"PUSH {"jid":"retried-job-1","jobtype":"F","args":[],"retry":3}"#),
+        "+OK"
+    );
+    assert_eq!(c.json("FETCH default")["jid"], "retried-job-1");
+    let fail = r#"FAIL {"jid":"retried-job-1","errtype":"IOError","message":"disk","backtrace":["x.rb:1"]}"#;
+    assert_eq!(c.call(fail), "+OK");
+    common::advance(&mut o, 3600.0);
+    let got = c.json("FETCH default");
+    assert_eq!(got["jid"], "retried-job-1", "{got}");
+    let f = &got["failure"];
+    assert_eq!(f["errtype"], "IOError", "{got}");
+    assert_eq!(f["message"], "disk");
+    assert_eq!(f["backtrace"], json!(["x.rb:1"]));
+    assert_eq!(f["retry_count"], 0, "{got}");
+    assert_eq!(f["remaining"], 3, "{got}");
+}
