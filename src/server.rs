@@ -76,7 +76,7 @@ pub enum Dialect {
 }
 
 /// How a reply is rendered from the engine's typed answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Render {
     Ojs,
     Faktory(faktory::Render),
@@ -428,7 +428,11 @@ where
 {
     let cfg = &shared.cfg;
     let engine = &shared.engine;
-    let mut framed = Framed::new(stream, LineCodec::new(cfg.max_line.min(HELLO_MAX_LINE)));
+    let faktory = cfg.dialect == Dialect::Faktory;
+    let mut framed = Framed::new(
+        stream,
+        LineCodec::new(cfg.max_line.min(HELLO_MAX_LINE)).with_bare_errors(faktory),
+    );
     let shaken = tokio::select! {
         r = tokio::time::timeout_at(deadline, handshake(&mut framed, peer.ip(), shared)) => r,
         _ = ticket.evicted() => {
@@ -469,7 +473,7 @@ where
         engine.register_worker(w.clone(), hello.clone());
     }
     framed.send(Reply::Ok).await?;
-    let framed = framed.map_codec(|_| LineCodec::new(cfg.max_line));
+    let framed = framed.map_codec(|_| LineCodec::new(cfg.max_line).with_bare_errors(faktory));
 
     let (mut sink, mut lines) = framed.split();
     let (tx, mut rx) = mpsc::channel::<Queued>(PIPELINE_DEPTH);

@@ -48,6 +48,41 @@ pub enum Answer {
     CronJob(CronJob),
     Workflow(WorkflowView),
     WorkflowPage(WorkflowPage),
+    /// PUSH of each job on its own (Faktory's PUSHB).
+    PushedEach(PushedEach),
+    /// MUTATE and QUEUE REMOVE: how many jobs matched and how many changed.
+    Mutated(Mutated),
+    Flushed(Flushed),
+    /// QUEUE LATENCY, in the order asked.
+    Latencies(Vec<QueueLatency>),
+}
+
+/// How many jobs went in, and the refused ones by their position in the request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PushedEach {
+    pub accepted: usize,
+    pub rejected: Vec<(usize, OjsError)>,
+}
+
+/// MUTATE, QUEUE REMOVE.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mutated {
+    pub matched: usize,
+    pub changed: usize,
+}
+
+/// FLUSH: what was deleted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Flushed {
+    pub jobs: usize,
+    pub workflows: usize,
+}
+
+/// One queue's wait: seconds since its longest-waiting job was enqueued (0 when empty).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueLatency {
+    pub queue: String,
+    pub seconds: f64,
 }
 
 /// A job as the engine holds it: its canonical OJS envelope (ojs-core §5), encoded.
@@ -454,6 +489,23 @@ impl Answer {
             Answer::CronJob(v) => ser(v),
             Answer::Workflow(v) => ser(v),
             Answer::WorkflowPage(v) => ser(v),
+            Answer::PushedEach(v) => {
+                let rejected: Vec<serde_json::Value> = v
+                    .rejected
+                    .iter()
+                    .map(|(i, e)| serde_json::json!({"index": i, "code": e.code.as_str(), "message": e.message}))
+                    .collect();
+                ser(&serde_json::json!({"accepted": v.accepted, "rejected": rejected}))
+            }
+            Answer::Mutated(v) => ser(v),
+            Answer::Flushed(v) => ser(v),
+            Answer::Latencies(v) => {
+                let map: serde_json::Map<String, serde_json::Value> = v
+                    .iter()
+                    .map(|l| (l.queue.clone(), serde_json::json!(l.seconds)))
+                    .collect();
+                ser(&map)
+            }
         }
     }
 }

@@ -60,6 +60,9 @@ impl PartialOrd for HeapItem {
 pub struct Queue {
     pub name: String,
     pub paused: bool,
+    /// Forgotten by QUEUE REMOVE or FLUSH: left out of the queue lists until a job or a
+    /// command names it again.
+    pub removed: bool,
     /// Jobs per state, indexed like `State::ALL`.
     pub counts: [usize; 8],
     /// Available jobs, highest priority then lowest seq first. Entries whose job has since
@@ -76,6 +79,14 @@ fn state_slot(s: State) -> usize {
 impl Queue {
     pub fn count(&self, s: State) -> usize {
         self.counts[state_slot(s)]
+    }
+
+    /// Shown in queue lists: not forgotten, or holding unfinished jobs again.
+    pub fn listed(&self) -> bool {
+        !self.removed
+            || State::ALL
+                .iter()
+                .any(|s| !s.is_terminal() && self.count(*s) > 0)
     }
 }
 
@@ -101,6 +112,7 @@ pub struct Index {
 impl Index {
     pub fn queue_id(&mut self, name: &str) -> QueueId {
         if let Some(id) = self.queue_ids.get(name) {
+            self.queues[*id as usize].removed = false;
             return *id;
         }
         let id = self.queues.len() as QueueId;

@@ -123,6 +123,7 @@ enum Work {
     Command(Command),
     Push(Box<OjsResult<Prepared>>),
     PushBatch(Vec<OjsResult<Prepared>>),
+    PushEach(Vec<OjsResult<Prepared>>),
 }
 
 impl Work {
@@ -130,6 +131,11 @@ impl Work {
         match cmd {
             Command::Push { job, len } => Work::Push(Box::new(Prepared::new(job, len, limits))),
             Command::PushBatch(jobs) => Work::PushBatch(
+                jobs.into_iter()
+                    .map(|(job, len)| Prepared::new(job, len, limits))
+                    .collect(),
+            ),
+            Command::PushEach(jobs) => Work::PushEach(
                 jobs.into_iter()
                     .map(|(job, len)| Prepared::new(job, len, limits))
                     .collect(),
@@ -221,7 +227,9 @@ impl EngineHandle {
     pub async fn call(&self, wid: Option<Arc<str>>, cmd: Command) -> Answered {
         let bytes = match &cmd {
             Command::Push { len, .. } => *len,
-            Command::PushBatch(jobs) => jobs.iter().map(|(_, l)| *l).sum(),
+            Command::PushBatch(jobs) | Command::PushEach(jobs) => {
+                jobs.iter().map(|(_, l)| *l).sum()
+            }
             _ => 0,
         };
         self.submit(wid, cmd, bytes)
@@ -517,10 +525,21 @@ impl Engine {
                     .map(|p| Out::Answer(self.pushed_reply(txn, &p, true)));
                 return answer(txn, reply, out);
             }
+            Work::PushEach(jobs) => {
+                let mut pushed = api::PushedEach::default();
+                for (i, job) in jobs.into_iter().enumerate() {
+                    match self.push_one(txn, job) {
+                        Ok(_) => pushed.accepted += 1,
+                        Err(e) => pushed.rejected.push((i, e)),
+                    }
+                }
+                let out = Ok(answer_of(Answer::PushedEach(pushed)));
+                return answer(txn, reply, out);
+            }
         };
         let out = match cmd {
             // `submit` prepares these; a command that arrives otherwise is prepared here.
-            cmd @ (Command::Push { .. } | Command::PushBatch(_)) => {
+            cmd @ (Command::Push { .. } | Command::PushBatch(_) | Command::PushEach(_)) => {
                 let work = Work::of(cmd, &self.cfg.limits);
                 return self.handle(
                     Request {
@@ -531,6 +550,15 @@ impl Engine {
                     },
                     txn,
                 );
+            }
+            // A worker told to go quiet or terminate gets no new job (Faktory answers its
+            // FETCH with null at once; so does ojsd, on both dialects).
+            Command::Fetch { .. }
+                if wid
+                    .as_deref()
+                    .is_some_and(|w| self.workers.directive(w).is_some()) =>
+            {
+                Ok(answer_of(Answer::Nothing))
             }
             Command::Fetch { queues, count } => {
                 match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
@@ -548,15 +576,29 @@ impl Engine {
                     Err(e) => Err(e),
                 }
             }
-            Command::Ack { id, result } => self.ack(txn, wid.as_ref(), &id, result).map(ok),
-            Command::Fail { id, error } => self.fail(txn, wid.as_ref(), &id, error).map(ok),
+            Command::Ack {
+                id,
+                result,
+                any_holder,
+            } => self.ack(txn, wid.as_ref(), &id, result, any_holder).map(ok),
+            Command::Fail {
+                id,
+                error,
+                any_holder,
+            } => self.fail(txn, wid.as_ref(), &id, error, any_holder).map(ok),
             Command::Cancel { id } => self.cancel(txn, &id, wid.as_ref()).map(ok),
             Command::Activate { id } => self.activate(txn, &id).map(ok),
             Command::Job { id } => self.job_info(&id).map(Out::Job),
             Command::Beat {
                 wid,
                 active_job_ids,
-            } => Ok(answer_of(self.beat(txn, &wid, active_job_ids.as_deref()))),
+                report,
+            } => Ok(answer_of(self.beat(
+                txn,
+                &wid,
+                active_job_ids.as_deref(),
+                report,
+            ))),
             Command::Info => Ok(answer_of(self.info())),
             Command::Queue(q) => self.queue_cmd(txn, q, wid.as_ref()),
             Command::Workers => Ok(answer_of(self.worker_list())),
@@ -565,6 +607,8 @@ impl Engine {
             Command::Cron(c) => self.cron_cmd(txn, c),
             Command::Workflow(w) => self.workflow_cmd(txn, w),
             Command::Dead(d) => self.dead_cmd(txn, d),
+            Command::Mutate(m) => self.mutate(txn, m).map(answer_of),
+            Command::Flush => Ok(answer_of(self.flush(txn))),
             Command::Worker { wid, directive } => self.direct_worker(txn, &wid, directive).map(ok),
             Command::Progress {
                 id,

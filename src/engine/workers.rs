@@ -100,6 +100,13 @@ impl Workers {
             .unwrap_or_default()
     }
 
+    /// The resident memory a worker reported, shown with its HELLO info.
+    pub fn set_rss_kb(&mut self, wid: &str, kb: u64) {
+        if let Some(Value::Object(info)) = self.map.get_mut(wid).map(|w| &mut w.info) {
+            info.insert("rss_kb".into(), Value::from(kb));
+        }
+    }
+
     pub fn directive(&self, wid: &str) -> Option<WorkerDirective> {
         self.map.get(wid).and_then(|w| w.directive)
     }

@@ -347,6 +347,7 @@ async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, Ap
             Command::Ack {
                 id: id.clone(),
                 result,
+                any_holder: false,
             },
         )
         .await?;
@@ -388,6 +389,7 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
             Command::Fail {
                 id: id.clone(),
                 error,
+                any_holder: false,
             },
         )
         .await?;
@@ -425,6 +427,7 @@ async fn heartbeat(AxState(st): AxState<AppState>, body: Bytes) -> Result<Respon
     let cmd = Command::Beat {
         wid: wid.to_string(),
         active_job_ids: Some(active.clone()),
+        report: Default::default(),
     };
     let state = match st.engine.call(Some(wid), cmd).await? {
         Answer::Ok => "running",

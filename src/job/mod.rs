@@ -13,7 +13,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use retry::RetryPolicy;
+pub use retry::{BackoffStrategy, OnExhaustion, RetryPolicy};
 
 pub const SPEC_VERSION: &str = "1.0.0-rc.1";
 /// Default visibility timeout (ojs-core §5.2 `timeout`), seconds.

@@ -15,6 +15,35 @@ use crate::error::{ErrorCode, OjsError};
 pub enum OnExhaustion {
     Discard,
     DeadLetter,
+    /// An extension (PROTOCOL.md §15): the job is deleted in the commit that records its
+    /// last failure, as Faktory does with `retry: 0`.
+    Delete,
+}
+
+/// How retry delays grow (ojs-retry §3; the strategy is inferred from the coefficient
+/// unless this `backoff_strategy` extension field sets it, §3 opening).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackoffStrategy {
+    /// §3.3 `initial_interval * coefficient^(n-1)`.
+    #[default]
+    Exponential,
+    /// §3.4 `initial_interval * n^coefficient`.
+    Polynomial,
+    /// §3.2 `initial_interval * n`.
+    Linear,
+    /// §3.1 always `initial_interval`.
+    None,
+    /// Faktory's schedule, `count^4 + 15 + rand(30) * (count + 1)` seconds with `count`
+    /// the failures before this one; capped by `max_interval`; `jitter` is ignored (the
+    /// random term is the jitter). A lost reservation counts as a failure with backoff.
+    Faktory,
+}
+
+impl BackoffStrategy {
+    fn is_default(&self) -> bool {
+        *self == BackoffStrategy::Exponential
+    }
 }
 
 /// The effective retry policy of a job. Durations are stored as ISO 8601 strings on the wire
@@ -30,6 +59,8 @@ pub struct RetryPolicy {
     pub jitter: bool,
     pub non_retryable_errors: Vec<String>,
     pub on_exhaustion: OnExhaustion,
+    #[serde(default, skip_serializing_if = "BackoffStrategy::is_default")]
+    pub backoff_strategy: BackoffStrategy,
 }
 
 impl Default for RetryPolicy {
@@ -43,6 +74,7 @@ impl Default for RetryPolicy {
             jitter: true,
             non_retryable_errors: Vec::new(),
             on_exhaustion: OnExhaustion::Discard,
+            backoff_strategy: BackoffStrategy::Exponential,
         }
     }
 }
@@ -138,9 +170,24 @@ impl RetryPolicy {
             p.on_exhaustion = match v.as_str() {
                 Some("discard") => OnExhaustion::Discard,
                 Some("dead_letter") => OnExhaustion::DeadLetter,
+                Some("delete") => OnExhaustion::Delete,
                 _ => {
                     return Err(policy_err(
-                        r#"retry.on_exhaustion must be "discard" or "dead_letter""#,
+                        r#"retry.on_exhaustion must be "discard", "dead_letter" or "delete""#,
+                    ))
+                }
+            };
+        }
+        if let Some(v) = field("backoff_strategy") {
+            p.backoff_strategy = match v.as_str() {
+                Some("exponential") => BackoffStrategy::Exponential,
+                Some("polynomial") => BackoffStrategy::Polynomial,
+                Some("linear") => BackoffStrategy::Linear,
+                Some("none") => BackoffStrategy::None,
+                Some("faktory") => BackoffStrategy::Faktory,
+                _ => {
+                    return Err(policy_err(
+                        r#"retry.backoff_strategy must be "exponential", "polynomial", "linear", "none" or "faktory""#,
                     ))
                 }
             };
@@ -165,14 +212,30 @@ impl RetryPolicy {
     /// (§5.3). Saturates at `max_interval` instead of overflowing.
     pub fn backoff(&self, retry_number: u32, jitter_sample: f64) -> Duration {
         let cap = self.max_interval;
-        let exponent = f64::from(retry_number.max(1) - 1);
-        let raw = self.initial_interval.as_secs_f64() * self.backoff_coefficient.powf(exponent);
+        let n = f64::from(retry_number.max(1));
+        let initial = self.initial_interval.as_secs_f64();
+        let raw = match self.backoff_strategy {
+            BackoffStrategy::Exponential => initial * self.backoff_coefficient.powf(n - 1.0),
+            BackoffStrategy::Polynomial => initial * n.powf(self.backoff_coefficient),
+            BackoffStrategy::Linear => initial * n,
+            BackoffStrategy::None => initial,
+            BackoffStrategy::Faktory => {
+                let count = n - 1.0;
+                let sample = if jitter_sample.is_nan() {
+                    0.5
+                } else {
+                    jitter_sample.clamp(0.0, 0.999_999)
+                };
+                // rand(30) is an integer in 0..30.
+                count.powi(4) + 15.0 + (sample * 30.0).floor() * (count + 1.0)
+            }
+        };
         let capped = match Duration::try_from_secs_f64(raw) {
             Ok(d) if d < cap => d,
             // Too large, infinite or NaN: all saturate.
             _ => cap,
         };
-        if !self.jitter {
+        if !self.jitter || self.backoff_strategy == BackoffStrategy::Faktory {
             return capped;
         }
         // Out-of-range samples are clamped so a bad RNG cannot escape the §5.2 bounds.
@@ -294,7 +357,7 @@ mod tests {
         assert_eq!(policy(json!({})), d);
         // Null fields count as absent; unknown keys are ignored.
         assert_eq!(
-            policy(json!({"jitter": null, "backoff_strategy": "linear"})),
+            policy(json!({"jitter": null, "backoff_shape": "linear"})),
             d
         );
 
@@ -365,6 +428,8 @@ mod tests {
             (json!({"non_retryable_errors": ["a", 1]}), "retry.non_retryable_errors"),
             (json!({"on_exhaustion": "retry"}), "retry.on_exhaustion"),
             (json!({"on_exhaustion": "DEAD_LETTER"}), "retry.on_exhaustion"),
+            (json!({"backoff_strategy": "fibonacci"}), "retry.backoff_strategy"),
+            (json!({"backoff_strategy": 4}), "retry.backoff_strategy"),
         ];
         for (v, msg) in cases {
             let err = RetryPolicy::from_json(Some(&v)).unwrap_err();
@@ -395,5 +460,46 @@ mod tests {
             jittered.decide(1, None, 0.0),
             retry(Duration::from_millis(500))
         );
+    }
+
+    #[test]
+    fn the_other_strategies_of_section_3_and_faktory() {
+        let p = |strategy: &str| {
+            policy(json!({"backoff_strategy": strategy, "jitter": false,
+                "initial_interval": "PT2S", "backoff_coefficient": 3, "max_interval": "PT1H"}))
+        };
+        let table = |p: &RetryPolicy| {
+            (1..=4)
+                .map(|n| p.backoff(n, 0.0).as_secs())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(table(&p("exponential")), [2, 6, 18, 54]);
+        assert_eq!(table(&p("polynomial")), [2, 16, 54, 128]);
+        assert_eq!(table(&p("linear")), [2, 4, 6, 8]);
+        assert_eq!(table(&p("none")), [2, 2, 2, 2]);
+        // The strategy is kept on the wire only when it is not the default.
+        assert_eq!(
+            serde_json::to_value(p("linear")).unwrap()["backoff_strategy"],
+            "linear"
+        );
+        assert!(serde_json::to_value(p("exponential"))
+            .unwrap()
+            .get("backoff_strategy")
+            .is_none());
+        let back: RetryPolicy =
+            serde_json::from_value(serde_json::to_value(p("none")).unwrap()).unwrap();
+        assert_eq!(back, p("none"));
+        // Faktory: count^4 + 15 + rand(30) * (count + 1), count = failures before this one.
+        let f = policy(json!({"backoff_strategy": "faktory", "max_interval": "P365D"}));
+        assert_eq!(f.backoff(1, 0.0), secs(15));
+        assert_eq!(f.backoff(1, 0.999), secs(15 + 29));
+        assert_eq!(f.backoff(2, 0.0), secs(1 + 15));
+        assert_eq!(f.backoff(2, 0.5), secs(1 + 15 + 15 * 2));
+        assert_eq!(f.backoff(5, 0.1), secs(256 + 15 + 3 * 5));
+        assert_eq!(f.backoff(u32::MAX, 0.5), secs(365 * 86_400));
+        assert_eq!(f.backoff(3, f64::NAN), secs(16 + 15 + 15 * 3));
+        let gone = policy(json!({"max_attempts": 1, "on_exhaustion": "delete"}));
+        assert_eq!(gone.on_exhaustion, OnExhaustion::Delete);
+        assert_eq!(gone.decide(1, None, 0.0), RetryDecision::Exhausted);
     }
 }

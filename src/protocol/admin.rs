@@ -26,6 +26,10 @@ pub enum QueueCmd {
         states: Vec<State>,
         older_than: Option<DateTime<Utc>>,
     },
+    /// Delete the queues' available jobs and forget the queues (`*`: every queue).
+    Remove(Vec<String>),
+    /// Seconds the oldest available job of each queue has waited (`*`: every queue).
+    Latency(Vec<String>),
 }
 
 /// Which dead letters a command covers; every field that is set must match.
@@ -414,4 +418,59 @@ pub fn jobs_query(obj: &Map<String, Value>) -> OjsResult<JobsQuery> {
         limit: num("limit", DEAD_LIST_DEFAULT, DEAD_LIST_MAX)?,
         offset: num("offset", 0, usize::MAX)?,
     })
+}
+
+/// The sets of waiting jobs `MUTATE` works on (Faktory's retries, scheduled and dead sets:
+/// ojsd's `retryable`, `scheduled` and `discarded` jobs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobSet {
+    Retries,
+    Scheduled,
+    Dead,
+}
+
+impl JobSet {
+    pub fn state(self) -> State {
+        match self {
+            JobSet::Retries => State::Retryable,
+            JobSet::Scheduled => State::Scheduled,
+            JobSet::Dead => State::Discarded,
+        }
+    }
+}
+
+/// What `MUTATE` does to the jobs its filter matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MutateOp {
+    /// Move to the dead set (`discarded`).
+    Kill,
+    /// Back to its queue now (`available`).
+    Requeue,
+    /// Delete.
+    Discard,
+    /// Delete every job of the set, whatever the filter says (as Faktory does).
+    Clear,
+}
+
+/// Which jobs of a set a `MUTATE` touches; every field that is set must match.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetFilter {
+    /// Job ids (OJS ids; the Faktory dialect maps jids to them).
+    pub ids: Option<Vec<String>>,
+    /// The job's OJS type.
+    pub job_type: Option<String>,
+    /// A Redis-style glob (`*`, `?`, `[...]`, `\`) over the job's stored JSON envelope.
+    pub pattern: Option<String>,
+}
+
+/// Longest `MUTATE` glob, bytes.
+pub const MAX_PATTERN_BYTES: usize = 1024;
+/// Most job ids one `MUTATE` filter may list.
+pub const MAX_FILTER_IDS: usize = 10_000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MutateCmd {
+    pub op: MutateOp,
+    pub set: JobSet,
+    pub filter: SetFilter,
 }

@@ -17,6 +17,8 @@ pub struct LineCodec {
     /// Bytes already searched for a newline, so a slow sender costs O(n) not O(n²).
     scanned: usize,
     discarding: bool,
+    /// Errors as Faktory writes them, `-ERR <message>`, without the OJS error code.
+    bare_errors: bool,
 }
 
 impl LineCodec {
@@ -25,7 +27,14 @@ impl LineCodec {
             max_len,
             scanned: 0,
             discarding: false,
+            bare_errors: false,
         }
+    }
+
+    /// The Faktory dialect's codec: errors are `-ERR <message>`.
+    pub fn with_bare_errors(mut self, bare: bool) -> Self {
+        self.bare_errors = bare;
+        self
     }
 }
 
@@ -86,13 +95,18 @@ impl Encoder<Reply> for LineCodec {
     type Error = std::io::Error;
 
     fn encode(&mut self, item: Reply, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        item.write_to(dst);
+        item.write_as(dst, self.bare_errors);
         Ok(())
     }
 }
 
 impl Reply {
     pub fn write_to(&self, dst: &mut BytesMut) {
+        self.write_as(dst, false);
+    }
+
+    /// `bare_errors`: `-ERR <message>` (Faktory) instead of `-ERR <CODE> <message>`.
+    pub fn write_as(&self, dst: &mut BytesMut, bare_errors: bool) {
         match self {
             Reply::Ok => dst.put_slice(b"+OK\r\n"),
             Reply::Simple(s) => {
@@ -111,8 +125,10 @@ impl Reply {
             Reply::Null => dst.put_slice(b"$-1\r\n"),
             Reply::Error(e) => {
                 dst.put_slice(b"-ERR ");
-                dst.put_slice(e.code.as_str().as_bytes());
-                dst.put_u8(b' ');
+                if !bare_errors {
+                    dst.put_slice(e.code.as_str().as_bytes());
+                    dst.put_u8(b' ');
+                }
                 put_single_line(dst, &e.message);
                 dst.put_slice(b"\r\n");
             }

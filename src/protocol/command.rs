@@ -6,12 +6,45 @@ use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-pub use super::admin::{DeadCmd, DeadFilter, QueueCmd};
+pub use super::admin::{DeadCmd, DeadFilter, JobSet, MutateCmd, MutateOp, QueueCmd, SetFilter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkerDirective {
     Quiet,
     Terminate,
+}
+
+/// What a worker may say about itself in a BEAT (Faktory's `current_state` and `rss_kb`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BeatReport {
+    /// The worker went quiet or is terminating on its own (e.g. after a signal).
+    pub state: Option<WorkerDirective>,
+    /// Its resident memory, KiB.
+    pub rss_kb: Option<u64>,
+}
+
+impl BeatReport {
+    /// `current_state` (`""`, `"quiet"`, `"terminate"`) and `rss_kb` of a BEAT payload.
+    pub fn of(obj: &Map<String, Value>) -> OjsResult<BeatReport> {
+        let state = match obj.get("current_state") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => match s.as_str() {
+                "" | "running" => None,
+                "quiet" => Some(WorkerDirective::Quiet),
+                "terminate" => Some(WorkerDirective::Terminate),
+                _ => return Err(malformed(format!("BEAT: unknown current_state {s:?}"))),
+            },
+            Some(_) => return Err(malformed("BEAT: current_state must be a string")),
+        };
+        let rss_kb = match obj.get("rss_kb") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .ok_or_else(|| malformed("BEAT: rss_kb must be a non-negative integer"))?,
+            ),
+        };
+        Ok(BeatReport { state, rss_kb })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -23,21 +56,30 @@ pub enum Command {
         len: usize,
     },
     PushBatch(Vec<(Value, usize)>),
+    /// Each job on its own: the valid ones are enqueued, the others reported by position
+    /// (Faktory's PUSHB); PUSHB of the OJS dialect is all or nothing.
+    PushEach(Vec<(Value, usize)>),
     Fetch {
         queues: Vec<String>,
         count: Option<usize>,
     },
+    /// `any_holder`: settle the reservation whoever holds it (the Faktory dialect, where an
+    /// ACK or FAIL by jid is accepted from any connection); otherwise only the holding
+    /// worker may (ojs-core §7.3).
     Ack {
         id: String,
         result: Option<Value>,
+        any_holder: bool,
     },
     Fail {
         id: String,
         error: Value,
+        any_holder: bool,
     },
     Beat {
         wid: String,
         active_job_ids: Option<Vec<String>>,
+        report: BeatReport,
     },
     Cancel {
         id: String,
@@ -80,6 +122,10 @@ pub enum Command {
     Cron(super::cron::CronCmd),
     /// Workflows (ojs-workflows §11), see `protocol::workflow`.
     Workflow(super::workflow::WorkflowCmd),
+    /// Kill, requeue, discard or clear scheduled, retrying or dead jobs (Faktory's MUTATE).
+    Mutate(super::admin::MutateCmd),
+    /// Delete every job and workflow in one commit (Faktory's FLUSH).
+    Flush,
     End,
 }
 
@@ -256,6 +302,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             Ok(Command::Ack {
                 id,
                 result: obj.get("result").cloned(),
+                any_holder: false,
             })
         }
         "FAIL" => {
@@ -264,6 +311,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             Ok(Command::Fail {
                 id,
                 error: fail_error(&obj)?,
+                any_holder: false,
             })
         }
         "BEAT" => {
@@ -285,6 +333,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             Ok(Command::Beat {
                 wid,
                 active_job_ids,
+                report: BeatReport::of(&obj)?,
             })
         }
         "CANCEL" => Ok(Command::Cancel {
@@ -415,7 +464,8 @@ mod tests {
             parse_command(br#"ack {"jid":"x","result":1}"#).unwrap(),
             Command::Ack {
                 id: "x".into(),
-                result: Some(json!(1))
+                result: Some(json!(1)),
+                any_holder: false,
             }
         );
         assert_eq!(

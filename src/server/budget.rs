@@ -137,7 +137,7 @@ pub fn worst_case(cmd: &Command, line_len: usize, max_job: usize) -> usize {
         | Command::End => SMALL_REPLY.saturating_add(line_len),
         // The accepted envelope(s), as sent plus the server's fields.
         Command::Push { .. } => line_len.saturating_add(PER_JOB_OVERHEAD),
-        Command::PushBatch(jobs) => {
+        Command::PushBatch(jobs) | Command::PushEach(jobs) => {
             line_len.saturating_add(jobs.len().saturating_mul(PER_JOB_OVERHEAD))
         }
         Command::Fetch { count, .. } => count.unwrap_or(1).max(1).saturating_mul(job),

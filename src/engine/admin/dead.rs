@@ -244,7 +244,7 @@ impl Engine {
 
     /// discarded → available with a fresh start (ojs-core §6.3: attempt reset to 0, errors
     /// cleared; the id is kept). Refused while another job holds its unique key.
-    fn dead_retry(&mut self, txn: &mut Txn, uid: Uuid) -> OjsResult<()> {
+    pub(super) fn dead_retry(&mut self, txn: &mut Txn, uid: Uuid) -> OjsResult<()> {
         self.unique_clear_for(txn, uid)?;
         let job = txn.job_mut(self.store.as_ref(), uid)?;
         job.attempt = 0;

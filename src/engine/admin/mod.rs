@@ -2,6 +2,7 @@
 //! queues.rs) and worker directives. The dead-letter set is in dead.rs.
 
 mod dead;
+mod mutate;
 mod overview;
 mod queues;
 
@@ -12,10 +13,10 @@ use crate::engine::events::job_data;
 use crate::engine::index::TimerKind;
 use crate::engine::txn::{Out, Txn};
 use crate::engine::Engine;
-use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::error::OjsResult;
 use crate::events::Component;
 use crate::job::{format_ts, State};
-use crate::protocol::command::{QueueCmd, WorkerDirective};
+use crate::protocol::command::{BeatReport, QueueCmd, WorkerDirective};
 use crate::store::Space;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -30,10 +31,21 @@ impl Engine {
         txn: &mut Txn,
         wid: &str,
         _reported: Option<&[String]>,
+        report: BeatReport,
     ) -> Answer {
         let w: Arc<str> = Arc::from(wid);
         let now_ms = self.now_ms();
         self.workers.touch(&w, now_ms);
+        if let Some(kb) = report.rss_kb {
+            self.workers.set_rss_kb(wid, kb);
+        }
+        // A worker that went quiet (or is terminating) on its own is treated as if an
+        // operator had said so: no new jobs, and its BEATs answer that state.
+        if let Some(d) = report.state {
+            if self.workers.directive(wid) != Some(d) {
+                let _ = self.direct_worker(txn, wid, d);
+            }
+        }
         let held = self.workers.held(wid);
         for id in &held {
             let Some(e) = self.index.jobs.get(id) else {
@@ -163,6 +175,7 @@ impl Engine {
             .index
             .queues
             .iter()
+            .filter(|q| q.listed())
             .map(|q| api::QueueCounts {
                 name: q.name.clone(),
                 paused: q.paused,
@@ -213,6 +226,8 @@ impl Engine {
         let reply = match cmd {
             QueueCmd::Pause(n) => self.pause_queues(txn, n, true, actor).map(|_| Answer::Ok),
             QueueCmd::Resume(n) => self.pause_queues(txn, n, false, actor).map(|_| Answer::Ok),
+            QueueCmd::Remove(n) => self.queue_remove(txn, n),
+            QueueCmd::Latency(n) => self.queue_latency(txn, n),
             QueueCmd::List => Ok(self.queue_list()),
             QueueCmd::Stats(name) => self.queue_stats(txn, &name),
             QueueCmd::Purge {
@@ -233,12 +248,7 @@ impl Engine {
         pause: bool,
         actor: Option<&Arc<str>>,
     ) -> OjsResult<()> {
-        if let Some(bad) = names.iter().find(|n| !crate::job::is_valid_queue(n)) {
-            return Err(OjsError::new(
-                ErrorCode::InvalidQueue,
-                format!("invalid queue name {bad:?}"),
-            ));
-        }
+        let names = self.expand_queues(names)?;
         let by = actor
             .map(|a| format!("worker:{a}"))
             .unwrap_or_else(|| "api".into());

@@ -50,7 +50,7 @@ impl Engine {
 
     /// QUEUE LIST: every queue, by name.
     pub(in crate::engine) fn queue_list(&self) -> Answer {
-        let mut queues: Vec<&Queue> = self.index.queues.iter().collect();
+        let mut queues: Vec<&Queue> = self.index.queues.iter().filter(|q| q.listed()).collect();
         queues.sort_by(|a, b| a.name.cmp(&b.name));
         let queues: Vec<api::QueueSummary> =
             queues.into_iter().map(|q| self.queue_summary(q)).collect();

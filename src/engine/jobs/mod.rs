@@ -13,7 +13,7 @@ use crate::events::Component;
 use crate::job::parts::Parts;
 use crate::job::retry::RetryDecision;
 use crate::job::validate::{parse_new_job, Limits, NewJob};
-use crate::job::{format_ts, State};
+use crate::job::{format_ts, BackoffStrategy, OnExhaustion, State};
 use chrono::Utc;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -267,8 +267,18 @@ impl Engine {
         if e.state != State::Active {
             return Err(wrong_state(uid, e.state, op, "active"));
         }
-        // ojs-core §7.3: only the worker holding a reservation may settle it.
-        if let Some(owner) = &e.worker {
+        self.check_holder(uid, e.worker.as_ref(), wid)?;
+        Ok(uid)
+    }
+
+    /// ojs-core §7.3: only the worker holding a reservation may settle it.
+    fn check_holder(
+        &self,
+        uid: Uuid,
+        owner: Option<&Arc<str>>,
+        wid: Option<&Arc<str>>,
+    ) -> OjsResult<()> {
+        if let Some(owner) = owner {
             if wid != Some(owner) {
                 let caller = wid
                     .map(|w| format!("worker {w}"))
@@ -278,6 +288,39 @@ impl Engine {
                     format!("job {uid} is reserved by worker {owner}, not {caller}"),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// `active_job`, and with `any_holder` whoever holds the reservation.
+    ///
+    /// With `any_holder`, a job that was handed out and is `available` again only because
+    /// the server restarted (or its worker was declared dead) in the meantime may be
+    /// settled too: Faktory keeps reservations across restarts, so its workers ACK by jid
+    /// after one (PROTOCOL.md §15).
+    fn active_job_held(
+        &self,
+        txn: &Txn,
+        id: &str,
+        wid: Option<&Arc<str>>,
+        op: &str,
+        any_holder: bool,
+    ) -> OjsResult<Uuid> {
+        let uid = parse_id(id)?;
+        let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
+        if any_holder && e.state == State::Available {
+            let delivered = txn
+                .job(self.store.as_ref(), uid)?
+                .is_some_and(|j| j.attempt > 0);
+            if delivered {
+                return Ok(uid);
+            }
+        }
+        if e.state != State::Active {
+            return Err(wrong_state(uid, e.state, op, "active"));
+        }
+        if !any_holder {
+            self.check_holder(uid, e.worker.as_ref(), wid)?;
         }
         Ok(uid)
     }
@@ -294,8 +337,9 @@ impl Engine {
         wid: Option<&Arc<str>>,
         id: &str,
         result: Option<Value>,
+        any_holder: bool,
     ) -> OjsResult<()> {
-        let uid = self.active_job(id, wid, "ACK")?;
+        let uid = self.active_job_held(txn, id, wid, "ACK", any_holder)?;
         if let Some(r) = &result {
             let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0);
             if size > self.cfg.limits.max_job_bytes {
@@ -354,8 +398,9 @@ impl Engine {
         wid: Option<&Arc<str>>,
         id: &str,
         error: Value,
+        any_holder: bool,
     ) -> OjsResult<()> {
-        let uid = self.active_job(id, wid, "FAIL")?;
+        let uid = self.active_job_held(txn, id, wid, "FAIL", any_holder)?;
         self.stats.failed += 1;
         self.release(uid);
         self.failed_attempt(txn, uid, error, false, Component::Worker(wid.map(|w| &**w)))
@@ -376,6 +421,15 @@ impl Engine {
         let now_ms = self.now_ms();
         let sample: f64 = rand::random();
         let job = txn.job_mut(self.store.as_ref(), uid)?;
+        // Under Faktory's schedule a lost reservation is an ordinary failure, retried with
+        // backoff and named as Faktory names it.
+        let faktory = job.retry.backoff_strategy == BackoffStrategy::Faktory;
+        let delete_when_exhausted = job.retry.on_exhaustion == OnExhaustion::Delete;
+        let mut error = error;
+        if let (true, Value::Object(m)) = (lost && faktory, &mut error) {
+            m.insert("type".into(), json!("ReservationExpired"));
+        }
+        let lost = lost && !faktory;
         let duration_ms = job.started_at.map(|t| (now - t).num_milliseconds());
         let etype = error
             .get("type")
@@ -426,6 +480,11 @@ impl Engine {
                 let at = crate::time::add(now, delay);
                 job.state = State::Retryable;
                 job.next_retry_at = Some(at);
+                // The history keeps when this failure's retry was due (Faktory's `next_at`
+                // on the refetched job).
+                if let Some(Value::Object(m)) = job.errors.last_mut() {
+                    m.insert("next_retry_at".into(), json!(format_ts(at)));
+                }
                 retry_at = Some(at);
                 self.index.set_state(
                     uid,
@@ -437,10 +496,13 @@ impl Engine {
                 job.state = State::Discarded;
                 job.discarded_at = Some(now);
                 job.completed_at = Some(now);
-                self.discarded(txn, uid, now_ms);
+                if !delete_when_exhausted {
+                    self.discarded(txn, uid, now_ms);
+                }
             }
         }
-        let exhausted = matches!(decision, RetryDecision::Exhausted);
+        let delete = exhausted_by(&decision) && delete_when_exhausted;
+        let exhausted = exhausted_by(&decision);
         self.observe(
             &data,
             Observe::Failed {
@@ -459,6 +521,10 @@ impl Engine {
             let extra = json!({"total_attempts": attempt, "last_error": short});
             self.emit_with(txn, "job.discarded", from, data, extra);
             self.settled(txn, uid, State::Discarded);
+            if delete {
+                // `on_exhaustion: delete`: gone in the commit that records the failure.
+                self.delete_job(txn, uid);
+            }
         }
         Ok(())
     }
@@ -700,4 +766,8 @@ impl Engine {
             }
         }
     }
+}
+
+fn exhausted_by(d: &RetryDecision) -> bool {
+    matches!(d, RetryDecision::Exhausted)
 }

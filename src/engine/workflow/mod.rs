@@ -435,6 +435,18 @@ impl Engine {
         }
     }
 
+    /// FLUSH: every workflow is deleted (its jobs are deleted by the caller).
+    pub(in crate::engine) fn flush_workflows(&mut self, txn: &mut Txn) -> usize {
+        let all = std::mem::take(&mut self.workflows);
+        for (id, wf) in &all.map {
+            txn.batch.delete(Space::Workflow, &key(id, Rec::Header));
+            for n in 0..wf.nodes.len() as u32 {
+                txn.batch.delete(Space::Workflow, &key(id, Rec::Node(n)));
+            }
+        }
+        all.map.len()
+    }
+
     /// Start-up: load every workflow, then settle any job that finished without its
     /// workflow hearing of it (cannot happen with atomic commits; checked all the same).
     pub(in crate::engine) fn rebuild_workflows(&mut self) -> Result<(), StoreError> {

@@ -2,25 +2,30 @@
 //! into the engine's typed `Command`s, and typed answers rendered as Faktory replies.
 //! No engine logic here.
 //!
-//! A Faktory job is stored as one OJS job: `jid` becomes the OJS `id` (as is when it is a
-//! lowercase UUIDv7, otherwise a UUIDv7-shaped id derived from a SHA-256 of the jid, so a
-//! jid finds its job after a restart without an index), `jobtype` and `queue` become OJS
-//! names (as is when valid there, otherwise a deterministic lowercase form), and the
-//! Faktory originals are kept in the job's `faktory` extension attribute so FETCH gives
-//! them back byte for byte.
+//! A Faktory job is stored as one OJS job (job.rs): `jid` becomes the OJS `id` (a
+//! UUIDv7-shaped SHA-256 of the jid, so a jid finds its job after a restart), `jobtype` and
+//! `queue` become OJS names reversibly (names.rs), `retry` and `reserve_for` become the
+//! OJS retry policy (on Faktory's schedule) and `timeout`, and the Faktory fields are kept
+//! in the job's `faktory` extension attribute so FETCH gives them back byte for byte.
 
+mod job;
+mod names;
+
+pub use job::{ojs_id, to_faktory_job, to_ojs_job};
+pub use names::{faktory_queue, faktory_type, ojs_queue, ojs_type};
+
+use crate::engine::api::Info;
 use crate::engine::{Answer, Answered};
 use crate::error::{ErrorCode, OjsError, OjsResult};
-use crate::job::validate::is_valid_job_type;
+use crate::protocol::command::{BeatReport, JobSet, MutateCmd, MutateOp, QueueCmd, SetFilter};
 use crate::protocol::{Command, Reply};
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 #[cfg(test)]
 mod tests;
 
 /// How the reply to one command is rendered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Render {
     /// `+OK` or an error.
     Plain,
@@ -32,13 +37,23 @@ pub enum Render {
     Beat,
     /// INFO: Faktory's document.
     Info,
+    /// PUSHB: `{jid: error}` for the refused jobs; `rejected` holds those this layer
+    /// refused already, `sent` the jids of the jobs sent to the engine, in order.
+    PushB {
+        sent: Vec<String>,
+        rejected: Map<String, Value>,
+    },
+    /// QUEUE LATENCY: `{queue: seconds}` under the Faktory names.
+    Latency,
 }
 
 /// The Faktory version this dialect claims in INFO (clients check it is at least 1.8).
 pub const FAKTORY_VERSION: &str = "1.9.4";
-const MIN_JID_CHARS: usize = 8;
-/// Most retries a Faktory job may ask for.
-const MAX_RETRY: i64 = 10_000;
+/// FAIL's limits, as Faktory cuts them.
+const MAX_ERRTYPE_CHARS: usize = 100;
+const MAX_MESSAGE_CHARS: usize = 1000;
+/// Most jobs in one PUSHB.
+const MAX_PUSHB_JOBS: usize = 10_000;
 
 fn err(msg: impl Into<String>) -> OjsError {
     OjsError::new(ErrorCode::MalformedCommand, msg)
@@ -52,116 +67,8 @@ fn object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
     }
 }
 
-/// The OJS id of a Faktory jid.
-pub fn ojs_id(jid: &str) -> String {
-    if let Ok(u) = uuid::Uuid::try_parse(jid) {
-        if u.get_version_num() == 7 && u.hyphenated().to_string() == jid {
-            return jid.to_owned();
-        }
-    }
-    let mut b: [u8; 16] = Sha256::digest(jid.as_bytes())[..16]
-        .try_into()
-        .unwrap_or([0; 16]);
-    b[6] = (b[6] & 0x0f) | 0x70;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    uuid::Uuid::from_bytes(b).hyphenated().to_string()
-}
-
-/// The OJS job type of a Faktory jobtype.
-pub fn ojs_type(jobtype: &str) -> String {
-    if is_valid_job_type(jobtype) {
-        return jobtype.to_owned();
-    }
-    let mapped: String = jobtype
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '_' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '_',
-        })
-        .collect();
-    format!("faktory.t_{mapped}")
-}
-
-/// The OJS queue of a Faktory queue name.
-pub fn ojs_queue(queue: &str) -> String {
-    if crate::job::is_valid_queue(queue) {
-        return queue.to_owned();
-    }
-    let mapped: String = queue
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '.' | '-' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '-',
-        })
-        .collect();
-    if mapped.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        mapped
-    } else {
-        format!("q{mapped}")
-    }
-}
-
-/// A Faktory job object as the OJS envelope the engine validates and stores.
-pub fn to_ojs_job(mut f: Map<String, Value>) -> OjsResult<Value> {
-    let jid = match f.get("jid") {
-        Some(Value::String(s)) if s.chars().count() >= MIN_JID_CHARS => s.clone(),
-        Some(Value::String(_)) => return Err(err("jid must be at least 8 characters")),
-        None => return Err(err("jobs must have a reliable jid")),
-        Some(_) => return Err(err("jid must be a string")),
-    };
-    let jobtype = match f.get("jobtype") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        _ => return Err(err("jobs must have a jobtype parameter")),
-    };
-    let args = match f.remove("args") {
-        Some(a @ Value::Array(_)) => a,
-        None | Some(Value::Null) => json!([]),
-        Some(_) => return Err(err("jobs must have an args parameter of type Array")),
-    };
-    let queue = match f.get("queue") {
-        None | Some(Value::Null) => "default".to_owned(),
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(_) => return Err(err("queue must be a non-empty string")),
-    };
-    f.insert("queue".into(), Value::String(queue.clone()));
-    let mut job = Map::new();
-    job.insert("id".into(), Value::String(ojs_id(&jid)));
-    job.insert("type".into(), Value::String(ojs_type(&jobtype)));
-    job.insert("queue".into(), Value::String(ojs_queue(&queue)));
-    job.insert("args".into(), args);
-    match f.get("at") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s.is_empty() => {}
-        Some(Value::String(s)) => {
-            job.insert("scheduled_at".into(), Value::String(s.clone()));
-        }
-        Some(_) => return Err(err("at must be an RFC 3339 timestamp")),
-    }
-    // Faktory's retry count as an OJS policy: N retries then the dead set (25 when absent);
-    // 0: gone on the first failure; -1: straight to the dead set.
-    let retry = match f.get("retry") {
-        None | Some(Value::Null) => 25,
-        Some(v) => match v.as_i64() {
-            Some(n) if (-1..=MAX_RETRY).contains(&n) => n,
-            _ => {
-                return Err(err(format!(
-                    "retry must be an integer from -1 to {MAX_RETRY}"
-                )))
-            }
-        },
-    };
-    let attempts = retry.max(0).saturating_add(1);
-    let exhaustion = if retry == 0 { "discard" } else { "dead_letter" };
-    job.insert(
-        "retry".into(),
-        json!({"max_attempts": attempts, "on_exhaustion": exhaustion}),
-    );
-    // Everything else Faktory keeps (jid, jobtype, queue, retry, reserve_for, custom,
-    // backtrace, created_at, unknown fields) rides along for FETCH to give back.
-    job.insert("faktory".into(), Value::Object(f));
-    Ok(Value::Object(job))
+fn encoded_len(v: &Value) -> usize {
+    serde_json::to_vec(v).map_or(0, |v| v.len())
 }
 
 /// One line in the Faktory dialect, with how its answer is rendered.
@@ -178,129 +85,207 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
         "END" => plain(Command::End),
         "PUSH" => {
             let job = to_ojs_job(object("PUSH", payload)?)?;
-            let len = serde_json::to_vec(&job).map_or(0, |v| v.len());
+            let len = encoded_len(&job);
             plain(Command::Push { job, len })
         }
+        "PUSHB" => push_batch(payload),
         "FETCH" => {
-            let queues: Vec<String> = payload.split_whitespace().map(ojs_queue).collect();
+            let queues = payload
+                .split_whitespace()
+                .map(ojs_queue)
+                .collect::<OjsResult<Vec<_>>>()?;
             if queues.is_empty() {
                 return Err(err("FETCH needs at least one queue"));
             }
-            Ok((
-                Command::Fetch {
-                    queues,
-                    count: None,
-                },
-                Render::Fetch,
-            ))
+            let fetch = Command::Fetch {
+                queues,
+                count: None,
+            };
+            Ok((fetch, Render::Fetch))
         }
         "ACK" => {
-            let jid = jid_of("ACK", &object("ACK", payload)?)?;
-            Ok((
-                Command::Ack {
-                    id: ojs_id(&jid),
-                    result: None,
-                },
-                Render::Ack,
-            ))
+            let obj = object("ACK", payload)?;
+            let ack = Command::Ack {
+                id: ojs_id(&jid_field("ACK", &obj)?),
+                result: None,
+                any_holder: true,
+            };
+            Ok((ack, Render::Ack))
         }
-        "FAIL" => {
-            let mut obj = object("FAIL", payload)?;
-            let jid = jid_of("FAIL", &obj)?;
-            obj.remove("jid");
-            obj.insert("id".into(), Value::String(ojs_id(&jid)));
-            if !matches!(obj.get("errtype"), Some(Value::String(s)) if !s.is_empty()) {
-                obj.insert("errtype".into(), Value::String("unknown".into()));
-            }
-            // The flat FAIL form is shared with the OJS dialect's parser.
-            let line = format!("FAIL {}", Value::Object(obj));
-            plain(crate::protocol::parse_command(line.as_bytes())?)
-        }
+        "FAIL" => plain(fail(object("FAIL", payload)?)?),
         "BEAT" => {
             let obj = object("BEAT", payload)?;
             let wid = match obj.get("wid") {
                 Some(Value::String(s)) if !s.is_empty() => s.clone(),
                 _ => return Err(err("BEAT: wid must be a non-empty string")),
             };
-            Ok((
-                Command::Beat {
-                    wid,
-                    active_job_ids: None,
-                },
-                Render::Beat,
-            ))
+            let beat = Command::Beat {
+                wid,
+                active_job_ids: None,
+                report: BeatReport::of(&obj)?,
+            };
+            Ok((beat, Render::Beat))
         }
         "INFO" => Ok((Command::Info, Render::Info)),
+        "FLUSH" => plain(Command::Flush),
+        "MUTATE" => plain(Command::Mutate(mutate(object("MUTATE", payload)?)?)),
+        "QUEUE" => queue(payload),
         "BATCH" | "TRACK" => Err(err(format!(
             "{verb} is only available in Faktory Enterprise"
         ))),
-        _ => Err(err(format!("Unknown command {verb}"))),
+        _ => Err(err(format!("unknown command {verb}"))),
     }
 }
 
-fn jid_of(verb: &str, obj: &Map<String, Value>) -> OjsResult<String> {
+fn jid_field(verb: &str, obj: &Map<String, Value>) -> OjsResult<String> {
     match obj.get("jid") {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         _ => Err(err(format!("{verb}: jid must be a non-empty string"))),
     }
 }
 
-/// An OJS job envelope as Faktory job JSON.
-pub fn to_faktory_job(ojs: &Value) -> Value {
-    let mut out = match ojs.get("faktory") {
-        Some(Value::Object(f)) => f.clone(),
-        _ => Map::new(),
+fn cut(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+/// FAIL: `errtype` and `message` default to `unknown` and are cut to Faktory's lengths;
+/// the backtrace to 50 lines (by the shared error parser).
+fn fail(obj: Map<String, Value>) -> OjsResult<Command> {
+    let jid = jid_field("FAIL", &obj)?;
+    let text = |k: &str, max: usize| match obj.get(k) {
+        Some(Value::String(s)) if !s.is_empty() => Value::String(cut(s, max)),
+        _ => Value::String("unknown".into()),
     };
-    let mut put = |k: &str, v: Option<&Value>| {
-        if let Some(v) = v.filter(|v| !v.is_null()) {
-            out.entry(k.to_owned()).or_insert_with(|| v.clone());
-        }
+    let mut flat = Map::new();
+    flat.insert("errtype".into(), text("errtype", MAX_ERRTYPE_CHARS));
+    flat.insert("message".into(), text("message", MAX_MESSAGE_CHARS));
+    if let Some(bt) = obj.get("backtrace") {
+        flat.insert("backtrace".into(), bt.clone());
+    }
+    Ok(Command::Fail {
+        id: ojs_id(&jid),
+        error: crate::protocol::command::fail_error(&flat)?,
+        any_holder: true,
+    })
+}
+
+/// PUSHB: each job on its own; the refused ones are reported by jid.
+fn push_batch(payload: &str) -> OjsResult<(Command, Render)> {
+    let jobs = match crate::json::parse(payload.as_bytes()) {
+        Ok(Value::Array(a)) => a,
+        Ok(_) => return Err(err("PUSHB payload must be a JSON array of jobs")),
+        Err(e) => return Err(err(format!("Invalid JSON: {e}"))),
     };
-    put("jid", ojs.get("id"));
-    put("jobtype", ojs.get("type"));
-    put("queue", ojs.get("queue"));
-    put("created_at", ojs.get("created_at"));
-    put("enqueued_at", ojs.get("enqueued_at"));
-    put("at", ojs.get("scheduled_at"));
-    // After a failure: Faktory's `failure` record from the OJS error, attempt and retry time.
-    if let Some(Value::Object(e)) = ojs.get("error") {
-        let attempt = ojs.get("attempt").and_then(Value::as_u64).unwrap_or(0);
-        let max = ojs
-            .pointer("/retry/max_attempts")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        // `attempt` counts deliveries, this one included: failures so far are one fewer
-        // on a refetched job, and Faktory counts the first failure as retry 0.
-        let failures = attempt.saturating_sub(1).max(1);
-        let mut failure = Map::new();
-        failure.insert("retry_count".into(), json!(failures.saturating_sub(1)));
-        failure.insert("remaining".into(), json!(max.saturating_sub(failures)));
-        for (k, v) in [
-            ("failed_at", e.get("occurred_at").or(e.get("at"))),
-            ("next_at", ojs.get("next_retry_at")),
-        ] {
-            if let Some(v) = v.filter(|v| !v.is_null()) {
-                failure.insert(k.into(), v.clone());
+    if jobs.len() > MAX_PUSHB_JOBS {
+        return Err(err(format!("PUSHB takes at most {MAX_PUSHB_JOBS} jobs")));
+    }
+    let (mut sent, mut rejected, mut valid) = (Vec::new(), Map::new(), Vec::new());
+    for (i, j) in jobs.into_iter().enumerate() {
+        let Value::Object(f) = j else {
+            rejected.insert(format!("{i}"), json!("job must be a JSON object"));
+            continue;
+        };
+        let jid = match &f.get("jid") {
+            Some(Value::String(s)) => s.clone(),
+            _ => format!("{i}"),
+        };
+        match to_ojs_job(f) {
+            Ok(job) => {
+                let len = encoded_len(&job);
+                sent.push(jid);
+                valid.push((job, len));
+            }
+            Err(e) => {
+                rejected.insert(jid, Value::String(e.message));
             }
         }
-        failure.insert(
-            "message".into(),
-            e.get("message").cloned().unwrap_or(json!("")),
-        );
-        failure.insert(
-            "errtype".into(),
-            e.get("type").cloned().unwrap_or(json!("unknown")),
-        );
-        if let Some(bt) = e.get("backtrace").filter(|v| !v.is_null()) {
-            failure.insert("backtrace".into(), bt.clone());
-        }
-        out.insert("failure".into(), Value::Object(failure));
     }
-    out.insert(
-        "args".into(),
-        ojs.get("args").cloned().unwrap_or_else(|| json!([])),
-    );
-    Value::Object(out)
+    Ok((Command::PushEach(valid), Render::PushB { sent, rejected }))
+}
+
+/// `MUTATE {"cmd", "target", "filter": {"jids", "jobtype", "regexp"}}`.
+fn mutate(obj: Map<String, Value>) -> OjsResult<MutateCmd> {
+    use crate::protocol::admin::{MAX_FILTER_IDS, MAX_PATTERN_BYTES};
+    let op = match obj.get("cmd").and_then(Value::as_str) {
+        Some("kill") => MutateOp::Kill,
+        Some("requeue") => MutateOp::Requeue,
+        Some("discard") => MutateOp::Discard,
+        Some("clear") => MutateOp::Clear,
+        _ => return Err(err("Invalid mutate command")),
+    };
+    let set = match obj.get("target").and_then(Value::as_str) {
+        Some("retries") => JobSet::Retries,
+        Some("scheduled") => JobSet::Scheduled,
+        Some("dead") => JobSet::Dead,
+        _ => return Err(err("Invalid target for mutation")),
+    };
+    let mut filter = SetFilter::default();
+    match obj.get("filter") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => {
+            match f.get("jids") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(a)) if a.len() <= MAX_FILTER_IDS => {
+                    let jids = a.iter().map(|v| v.as_str().map(ojs_id));
+                    let ids = jids.collect::<Option<Vec<_>>>();
+                    filter.ids = Some(ids.ok_or_else(|| err("filter jids must be strings"))?);
+                }
+                Some(_) => {
+                    return Err(err(format!(
+                        "filter jids must be an array of at most {MAX_FILTER_IDS} strings"
+                    )))
+                }
+            }
+            match f.get("jobtype") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(t)) if t.is_empty() => {}
+                Some(Value::String(t)) => filter.job_type = Some(ojs_type(t)?),
+                Some(_) => return Err(err("filter jobtype must be a string")),
+            }
+            match f.get("regexp") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(p)) if p.is_empty() || p == "*" => {}
+                Some(Value::String(p)) if p.len() <= MAX_PATTERN_BYTES => {
+                    filter.pattern = Some(p.clone())
+                }
+                Some(_) => {
+                    return Err(err(format!(
+                        "filter regexp must be a string of at most {MAX_PATTERN_BYTES} bytes"
+                    )))
+                }
+            }
+        }
+        Some(_) => return Err(err("filter must be an object")),
+    }
+    Ok(MutateCmd { op, set, filter })
+}
+
+/// `QUEUE PAUSE|RESUME|REMOVE|LATENCY name...` (`*`: every queue).
+fn queue(payload: &str) -> OjsResult<(Command, Render)> {
+    let mut words = payload.split_whitespace();
+    let sub = words.next().unwrap_or("");
+    let names = words
+        .map(|n| {
+            if n == "*" {
+                Ok(n.to_owned())
+            } else {
+                ojs_queue(n)
+            }
+        })
+        .collect::<OjsResult<Vec<_>>>()?;
+    if names.is_empty() {
+        return Err(err(format!(
+            "QUEUE {sub} needs at least one queue name or *"
+        )));
+    }
+    let cmd = match sub {
+        "PAUSE" => QueueCmd::Pause(names),
+        "RESUME" => QueueCmd::Resume(names),
+        "REMOVE" => QueueCmd::Remove(names),
+        "LATENCY" => return Ok((Command::Queue(QueueCmd::Latency(names)), Render::Latency)),
+        _ => return Err(err(format!("unknown QUEUE subcommand {sub:?}"))),
+    };
+    Ok((Command::Queue(cmd), Render::Plain))
 }
 
 /// A typed answer as a Faktory reply.
@@ -314,6 +299,9 @@ pub fn render(how: Render, a: Answered) -> Reply {
         {
             Reply::Ok
         }
+        (Render::Plain, Err(e)) if e.code == ErrorCode::NotFound => {
+            Reply::Error(OjsError::new(e.code, "Job not found"))
+        }
         (_, Err(e)) => Reply::Error(e),
         (Render::Fetch, Ok(Answer::Job(view))) => {
             match serde_json::from_slice::<Value>(view.json()) {
@@ -325,34 +313,64 @@ pub fn render(how: Render, a: Answered) -> Reply {
             }
         }
         (Render::Info, Ok(Answer::Info(info))) => Reply::json(&info_document(&info)),
+        (Render::PushB { sent, mut rejected }, Ok(Answer::PushedEach(p))) => {
+            for (i, e) in p.rejected {
+                let jid = sent.get(i).cloned().unwrap_or_else(|| i.to_string());
+                rejected.insert(jid, Value::String(e.message));
+            }
+            Reply::json(&Value::Object(rejected))
+        }
+        (Render::Latency, Ok(Answer::Latencies(l))) => {
+            let map: Map<String, Value> = l
+                .into_iter()
+                .map(|q| (faktory_queue(&q.queue), json!(q.seconds)))
+                .collect();
+            Reply::json(&Value::Object(map))
+        }
         (_, Ok(Answer::Ok)) => Reply::Ok,
-        // PUSH answers the stored job in the OJS dialect; Faktory says +OK.
-        (Render::Plain, Ok(Answer::Job(_))) => Reply::Ok,
+        // The OJS dialect answers these with documents; Faktory says +OK.
+        (
+            Render::Plain,
+            Ok(Answer::Job(_) | Answer::Mutated(_) | Answer::Flushed(_) | Answer::PushedEach(_)),
+        ) => Reply::Ok,
         (_, Ok(Answer::Nothing)) => Reply::Null,
         (_, a) => Reply::from(a),
     }
 }
 
-/// INFO in Faktory's shape: `faktory.queues`, `faktory.tasks`, totals, `server`.
-fn info_document(info: &crate::engine::api::Info) -> Value {
+/// INFO in Faktory's shape: `faktory.queues`, `faktory.tasks`, `faktory.sets`, totals,
+/// `server`; queue names as Faktory wrote them.
+fn info_document(info: &Info) -> Value {
     use crate::job::State;
     let mut queues = Map::new();
     for q in &info.queues.0 {
-        let size = q.counts.get(State::Available);
-        queues.insert(q.name.clone(), json!(size));
+        queues.insert(
+            faktory_queue(&q.name),
+            json!(q.counts.get(State::Available)),
+        );
     }
+    let sum = |s: State| info.queues.0.iter().map(|q| q.counts.get(s)).sum::<usize>();
+    let (scheduled, retries, busy) = (
+        sum(State::Scheduled),
+        sum(State::Retryable),
+        sum(State::Active),
+    );
     let dead = info.totals.dead;
     json!({
+        "now": info.server.now,
+        "server_utc_time": info.server.now.get(11..19).unwrap_or(""),
         "faktory": {
             "total_failures": info.totals.failed,
-            "total_processed": info.totals.completed,
+            "total_processed": info.totals.completed.saturating_add(info.totals.failed),
             "total_enqueued": queues.values().filter_map(Value::as_u64).sum::<u64>(),
             "total_queues": queues.len(),
             "queues": queues,
+            "sets": {"scheduled": scheduled, "retries": retries, "dead": dead, "working": busy},
             "tasks": {
+                "Busy": {"size": busy},
                 "Dead": {"size": dead},
-                "Retries": {"size": info.queues.0.iter().map(|q| q.counts.get(State::Retryable)).sum::<usize>()},
-                "Scheduled": {"size": info.queues.0.iter().map(|q| q.counts.get(State::Scheduled)).sum::<usize>()},
+                "Retries": {"size": retries},
+                "Scheduled": {"size": scheduled},
                 "Workers": {"size": info.workers.len()},
             }
         },

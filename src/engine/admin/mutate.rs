@@ -1,0 +1,266 @@
+//! Bulk changes to the sets of waiting jobs (MUTATE: kill, requeue, discard or clear the
+//! scheduled, retrying or dead jobs a filter matches), FLUSH (every job and workflow, in
+//! one commit), and the queue commands Faktory adds: REMOVE (delete a queue's waiting jobs
+//! and forget it), LATENCY and `*` for every queue.
+
+use crate::engine::api::{self, Answer};
+use crate::engine::index::QueueId;
+use crate::engine::txn::Txn;
+use crate::engine::Engine;
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::events::Component;
+use crate::job::State;
+use crate::protocol::command::{JobSet, MutateCmd, MutateOp, SetFilter};
+use crate::store::Space;
+use serde_json::json;
+use uuid::Uuid;
+
+/// Every queue, when a queue command names `*`.
+pub const ALL_QUEUES: &str = "*";
+
+fn invalid(msg: String) -> OjsError {
+    OjsError::new(ErrorCode::InvalidPayload, msg)
+}
+
+/// A Redis-style glob (`*`, `?`, `[...]`, `\x`) compiled once for a whole MUTATE.
+fn compile_glob(pattern: &str) -> OjsResult<globset::GlobMatcher> {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| {
+            invalid(format!(
+                "filter regexp {pattern:?} is not a valid glob: {e}"
+            ))
+        })
+}
+
+impl Engine {
+    /// The ids of the jobs of `set` that `f` matches.
+    fn set_matches(&self, txn: &Txn, set: JobSet, f: &SetFilter) -> OjsResult<Vec<Uuid>> {
+        let state = set.state();
+        let in_set = |id: &Uuid| self.index.jobs.get(id).is_some_and(|e| e.state == state);
+        let mut ids: Vec<Uuid> = match &f.ids {
+            // Unknown or malformed ids simply match nothing, as in Faktory.
+            Some(list) => list
+                .iter()
+                .filter_map(|s| Uuid::parse_str(s).ok())
+                .filter(in_set)
+                .collect(),
+            None => self
+                .index
+                .jobs
+                .iter()
+                .filter(|(_, e)| e.state == state)
+                .map(|(id, _)| *id)
+                .collect(),
+        };
+        ids.sort_unstable();
+        ids.dedup();
+        let glob = f.pattern.as_deref().map(compile_glob).transpose()?;
+        if f.job_type.is_none() && glob.is_none() {
+            return Ok(ids);
+        }
+        let mut kept = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(job) = txn.job(self.store.as_ref(), id)? else {
+                continue;
+            };
+            if f.job_type.as_deref().is_some_and(|t| t != job.job_type) {
+                continue;
+            }
+            if let Some(g) = &glob {
+                let text = serde_json::to_string(&job).unwrap_or_default();
+                if !g.is_match(text.as_str()) {
+                    continue;
+                }
+            }
+            kept.push(id);
+        }
+        Ok(kept)
+    }
+
+    /// MUTATE: `op` on the jobs of `set` its filter matches (`clear`: on the whole set).
+    pub(in crate::engine) fn mutate(&mut self, txn: &mut Txn, m: MutateCmd) -> OjsResult<Answer> {
+        let filter = match m.op {
+            MutateOp::Clear => SetFilter::default(),
+            _ => m.filter,
+        };
+        let ids = self.set_matches(txn, m.set, &filter)?;
+        let mut changed = 0usize;
+        for &uid in &ids {
+            let done = match (m.op, m.set) {
+                (MutateOp::Discard | MutateOp::Clear, _) => {
+                    self.delete_job(txn, uid);
+                    true
+                }
+                (MutateOp::Kill, JobSet::Dead) => false,
+                (MutateOp::Kill, _) => {
+                    self.kill(txn, uid)?;
+                    true
+                }
+                (MutateOp::Requeue, JobSet::Dead) => {
+                    self.dead_retry(txn, uid)?;
+                    true
+                }
+                (MutateOp::Requeue, _) => {
+                    self.make_available(txn, uid, Some(Component::Api))?;
+                    true
+                }
+            };
+            changed += usize::from(done);
+        }
+        if changed > 0 {
+            tracing::info!(op = ?m.op, set = ?m.set, changed, "jobs mutated");
+        }
+        Ok(Answer::Mutated(api::Mutated {
+            matched: ids.len(),
+            changed,
+        }))
+    }
+
+    /// A scheduled or retrying job straight to the dead set.
+    fn kill(&mut self, txn: &mut Txn, uid: Uuid) -> OjsResult<()> {
+        let now = self.now;
+        let job = txn.job_mut(self.store.as_ref(), uid)?;
+        let error = json!({"type": "killed", "message": "moved to the dead set by an operator"});
+        job.push_error(error.clone());
+        job.error = Some(error);
+        job.state = State::Discarded;
+        job.discarded_at = Some(now);
+        job.completed_at = Some(now);
+        job.next_retry_at = None;
+        let extra = json!({"total_attempts": job.attempt,
+            "last_error": {"code": "killed", "message": "moved to the dead set by an operator"}});
+        let data = crate::engine::events::job_data(job);
+        self.emit_with(txn, "job.discarded", Component::Api, data, extra);
+        let now_ms = self.now_ms();
+        self.index.set_state(uid, State::Discarded, None);
+        self.index.add_dead(now_ms, uid);
+        self.settled(txn, uid, State::Discarded);
+        Ok(())
+    }
+
+    /// FLUSH: every job, workflow, unique key and queue pause, in this one commit. Cron
+    /// registrations and the event log stay (they are configuration and history).
+    pub(in crate::engine) fn flush(&mut self, txn: &mut Txn) -> Answer {
+        let workflows = self.flush_workflows(txn);
+        let ids: Vec<Uuid> = self.index.jobs.keys().copied().collect();
+        for &uid in &ids {
+            if let Some(e) = self.index.remove(uid) {
+                if let Some(w) = e.worker {
+                    self.workers.release(&w, uid);
+                }
+            }
+            txn.delete_job(uid);
+            self.cron_settled(txn, uid);
+        }
+        let names: Vec<String> = self.index.queues.iter().map(|q| q.name.clone()).collect();
+        for name in names {
+            self.forget_queue(txn, &name);
+        }
+        self.stats = Default::default();
+        tracing::warn!(jobs = ids.len(), workflows, "FLUSH: every job deleted");
+        Answer::Flushed(api::Flushed {
+            jobs: ids.len(),
+            workflows,
+        })
+    }
+
+    /// Unpause a queue and hide it from the queue lists until a job names it again.
+    fn forget_queue(&mut self, txn: &mut Txn, name: &str) {
+        let Some(qid) = self.index.find_queue(name) else {
+            return;
+        };
+        let q = self.index.queue_mut(qid);
+        q.removed = true;
+        if std::mem::take(&mut q.paused) {
+            let key = format!("{}{name}", super::PAUSED_PREFIX);
+            txn.batch.delete(Space::Meta, key.as_bytes());
+        }
+    }
+
+    /// The names a queue command lists, with `*` standing for every known queue.
+    pub(in crate::engine) fn expand_queues(&self, names: Vec<String>) -> OjsResult<Vec<String>> {
+        if names.iter().any(|n| n == ALL_QUEUES) {
+            return Ok(self
+                .index
+                .queues
+                .iter()
+                .filter(|q| q.listed())
+                .map(|q| q.name.clone())
+                .collect());
+        }
+        if let Some(bad) = names.iter().find(|n| !crate::job::is_valid_queue(n)) {
+            return Err(OjsError::new(
+                ErrorCode::InvalidQueue,
+                format!("invalid queue name {bad:?}"),
+            ));
+        }
+        Ok(names)
+    }
+
+    /// QUEUE REMOVE: delete each queue's waiting (`available`) jobs and forget the queue;
+    /// its scheduled, retrying and running jobs stay and bring it back when they return.
+    pub(in crate::engine) fn queue_remove(
+        &mut self,
+        txn: &mut Txn,
+        names: Vec<String>,
+    ) -> OjsResult<Answer> {
+        let mut removed = 0usize;
+        for name in self.expand_queues(names)? {
+            let Some(qid) = self.index.find_queue(&name) else {
+                continue;
+            };
+            let ids: Vec<Uuid> = self
+                .index
+                .jobs
+                .iter()
+                .filter(|(_, e)| e.queue == qid && e.state == State::Available)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ids {
+                self.delete_job(txn, id);
+                removed += 1;
+            }
+            self.forget_queue(txn, &name);
+        }
+        Ok(Answer::Mutated(api::Mutated {
+            matched: removed,
+            changed: removed,
+        }))
+    }
+
+    /// QUEUE LATENCY: per queue, seconds since its longest-waiting job was enqueued.
+    pub(in crate::engine) fn queue_latency(
+        &self,
+        txn: &Txn,
+        names: Vec<String>,
+    ) -> OjsResult<Answer> {
+        let now = self.now_ms();
+        let mut out = Vec::new();
+        for name in self.expand_queues(names)? {
+            let oldest = match self.index.find_queue(&name) {
+                Some(qid) => self.oldest_enqueued_ms(txn, qid)?,
+                None => None,
+            };
+            let secs = oldest.map_or(0.0, |t| (now.saturating_sub(t)).max(0) as f64 / 1000.0);
+            out.push(api::QueueLatency {
+                queue: name,
+                seconds: secs,
+            });
+        }
+        Ok(Answer::Latencies(out))
+    }
+
+    fn oldest_enqueued_ms(&self, txn: &Txn, qid: QueueId) -> OjsResult<Option<i64>> {
+        Ok(match self.index.oldest_available(qid) {
+            Some(id) => txn
+                .job(self.store.as_ref(), id)?
+                .and_then(|j| j.enqueued_at)
+                .map(|t| t.timestamp_millis()),
+            None => None,
+        })
+    }
+}

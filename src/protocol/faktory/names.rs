@@ -1,0 +1,151 @@
+//! Faktory names as OJS names, reversibly, so a `queue` or `jobtype` with capitals, `_` or
+//! any other character round-trips byte for byte (PUSH → FETCH → INFO) while the engine
+//! only ever holds names valid in OJS.
+//!
+//! A name that is already valid in OJS and does not start with `fk.` is kept as it is
+//! (`default`, `send_email`), so both dialects share those queues. Any other name becomes
+//! `fk.` (queues) or `fk.x` (types) followed by the name with every byte outside the OJS
+//! alphabet written as an escape and two lowercase hex digits: `-` for queues
+//! (`Critical_Q` → `fk.-43ritical-5f-51`), `_` for types (`SendEmail` → `fk.x_53end_45mail`).
+
+use super::err;
+use crate::error::OjsResult;
+
+const QUEUE_PREFIX: &str = "fk.";
+const TYPE_PREFIX: &str = "fk.x";
+
+fn escape(out: &mut String, name: &str, keep: impl Fn(u8) -> bool, esc: char) {
+    for b in name.bytes() {
+        if keep(b) {
+            out.push(char::from(b));
+        } else {
+            out.push(esc);
+            out.push_str(&format!("{b:02x}"));
+        }
+    }
+}
+
+fn unescape(s: &str, esc: u8) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == esc {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The OJS queue of a Faktory queue name.
+pub fn ojs_queue(name: &str) -> OjsResult<String> {
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return Err(err(format!(
+            "queue name {name:?} must be non-empty, without spaces"
+        )));
+    }
+    if crate::job::is_valid_queue(name) && !name.starts_with(QUEUE_PREFIX) {
+        return Ok(name.to_owned());
+    }
+    let mut out = String::from(QUEUE_PREFIX);
+    let keep = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.';
+    escape(&mut out, name, keep, '-');
+    if !crate::job::is_valid_queue(&out) {
+        return Err(err(format!("queue name {name:?} is too long")));
+    }
+    Ok(out)
+}
+
+/// The Faktory name of an OJS queue (the inverse of [`ojs_queue`]).
+pub fn faktory_queue(ojs: &str) -> String {
+    ojs.strip_prefix(QUEUE_PREFIX)
+        .and_then(|rest| unescape(rest, b'-'))
+        .unwrap_or_else(|| ojs.to_owned())
+}
+
+/// The OJS job type of a Faktory jobtype.
+pub fn ojs_type(jobtype: &str) -> OjsResult<String> {
+    use crate::job::validate::is_valid_job_type;
+    if jobtype.is_empty() {
+        return Err(err("jobs must have a jobtype parameter"));
+    }
+    if is_valid_job_type(jobtype) && !jobtype.starts_with("fk.") {
+        return Ok(jobtype.to_owned());
+    }
+    let mut out = String::from(TYPE_PREFIX);
+    let keep = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    escape(&mut out, jobtype, keep, '_');
+    if !is_valid_job_type(&out) {
+        return Err(err(format!("jobtype {jobtype:?} is too long")));
+    }
+    Ok(out)
+}
+
+/// The Faktory jobtype of an OJS type (the inverse of [`ojs_type`]).
+pub fn faktory_type(ojs: &str) -> String {
+    ojs.strip_prefix(TYPE_PREFIX)
+        .and_then(|rest| unescape(rest, b'_'))
+        .unwrap_or_else(|| ojs.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_valid_in_ojs() {
+        for q in [
+            "default",
+            "critical",
+            "Critical_Q",
+            "fk.x",
+            "fk.-41",
+            "a-b.c",
+            "_x",
+            "日本",
+            "q\u{0}",
+        ] {
+            let o = ojs_queue(q).unwrap();
+            assert!(crate::job::is_valid_queue(&o), "{q} -> {o}");
+            assert_eq!(faktory_queue(&o), q);
+        }
+        assert_eq!(ojs_queue("default").unwrap(), "default");
+        assert_eq!(ojs_queue("Critical_Q").unwrap(), "fk.-43ritical-5f-51");
+        assert_eq!(ojs_queue("fk.a").unwrap(), "fk.fk.a");
+        for t in [
+            "send_email",
+            "SendEmail_Job",
+            "Some::Worker",
+            "fk.x41",
+            "a.b",
+            "9lives",
+            "x_41",
+        ] {
+            let o = ojs_type(t).unwrap();
+            assert!(crate::job::validate::is_valid_job_type(&o), "{t} -> {o}");
+            assert_eq!(faktory_type(&o), t);
+        }
+        assert_eq!(ojs_type("send_email").unwrap(), "send_email");
+        assert_eq!(ojs_type("SendEmail").unwrap(), "fk.x_53end_45mail");
+        // Distinct names stay distinct.
+        assert_ne!(ojs_type("x_41").unwrap(), ojs_type("xA").unwrap());
+        assert_ne!(ojs_queue("a-41").unwrap(), ojs_queue("aA").unwrap());
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        assert!(ojs_queue("").is_err());
+        assert!(ojs_queue("a b").is_err());
+        assert!(ojs_queue(&"Q".repeat(60)).is_err());
+        assert!(ojs_type("").is_err());
+        assert!(ojs_type(&"T".repeat(200)).is_err());
+        // Not an escape we wrote: shown as it is.
+        assert_eq!(faktory_queue("fk.-zz"), "fk.-zz");
+        assert_eq!(faktory_type("fk.x_4"), "fk.x_4");
+    }
+}
