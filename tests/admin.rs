@@ -58,7 +58,7 @@ fn pause_blocks_fetch_and_resume_releases_it() {
     let (st, v) = http(&srv.http_addr, "POST", "/ojs/v1/admin/queues/Bad/pause", "");
     assert_eq!(
         (st, v["error"]["code"].clone()),
-        (400, json!("INVALID_QUEUE"))
+        (400, json!("invalid_payload"))
     );
 }
 
@@ -107,7 +107,7 @@ fn dead_retry_returns_the_job_with_attempt_reset() {
         json!(["available", 0])
     );
     let (st, v) = http(h, "GET", &format!("/ojs/v1/dead-letter/{}", new_id()), "");
-    assert_eq!((st, v["error"]["code"].clone()), (404, json!("NOT_FOUND")));
+    assert_eq!((st, v["error"]["code"].clone()), (404, json!("not_found")));
 }
 
 #[test]
@@ -184,7 +184,7 @@ fn bulk_retry_and_delete_follow_the_filter() {
     );
     assert_eq!(
         (st, v["error"]["code"].clone()),
-        (400, json!("INVALID_REQUEST"))
+        (400, json!("invalid_request"))
     );
     let body = r#"{"filter":{"queue":"qa"},"confirm":true}"#;
     let (st, v) = http(h, "POST", "/ojs/v1/admin/dead-letter/retry", body);
@@ -383,7 +383,7 @@ fn queue_list_stats_and_purge_figures() {
     );
     assert_eq!(
         (st, v["error"]["code"].clone()),
-        (400, json!("INVALID_REQUEST"))
+        (400, json!("invalid_request"))
     );
     let (st, _) = http(h, "GET", "/ojs/v1/admin/queues/nowhere", "");
     assert_eq!(st, 404);

@@ -92,12 +92,12 @@ fn http_routes() {
     let (status, body) = http_send(a, "POST", "/ojs/v1/cron", &bad);
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (400, json!("INVALID_CRON_EXPRESSION"))
+        (400, json!("invalid_payload"))
     );
     let (status, body) = http_send(a, "POST", "/ojs/v1/cron", "{nope");
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (400, json!("INVALID_REQUEST"))
+        (400, json!("invalid_request"))
     );
     let (status, _) = http_send(
         a,
@@ -115,7 +115,7 @@ fn http_routes() {
     let again = http::request(a, "DELETE", "/ojs/v1/cron/web-report", &[]);
     assert_eq!(
         (again.status, again.json()["error"]["code"].clone()),
-        (404, json!("NOT_FOUND"))
+        (404, json!("not_found"))
     );
     assert_eq!(http::get(a, "/ojs/v1/cron/web-report").status, 404);
     let (status, _) = http_send(

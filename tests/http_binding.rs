@@ -92,7 +92,7 @@ fn enqueue_fetch_ack_with_the_binding_shapes() {
     );
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (409, json!("NOT_OWNER"))
+        (409, json!("x_not_owner"))
     );
     let (status, body) = post(
         &a,
@@ -115,7 +115,7 @@ fn enqueue_fetch_ack_with_the_binding_shapes() {
     let r = get(&a, "/ojs/v1/jobs/019aa7c4-5f3a-7e21-8d4b-0a1b2c3d4e5f");
     assert_eq!(
         (r.status, r.json()["error"]["code"].clone()),
-        (404, json!("NOT_FOUND"))
+        (404, json!("not_found"))
     );
 }
 
@@ -129,13 +129,13 @@ fn bad_requests_get_the_error_body() {
         json!({"type": "a.b", "args": {"not": "array"}}),
     );
     assert_eq!(status, 400);
-    assert_eq!(body["error"]["code"], "INVALID_REQUEST");
+    assert_eq!(body["error"]["code"], "invalid_request");
     assert_eq!(body["error"]["retryable"], false);
     assert!(body["error"]["request_id"].is_string());
     let (status, body) = post(&a, "/ojs/v1/jobs", json!({"type": "Bad Type", "args": []}));
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (400, json!("INVALID_JOB_TYPE"))
+        (400, json!("invalid_payload"))
     );
     let r = send(&a, "POST", "/ojs/v1/jobs", "{oops");
     assert_eq!(r.status, 400);
@@ -148,7 +148,7 @@ fn bad_requests_get_the_error_body() {
     let (status, body) = post(&a, "/ojs/v1/workers/fetch", json!({"queues": []}));
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (400, json!("INVALID_REQUEST"))
+        (400, json!("invalid_request"))
     );
     let (status, _) = post(
         &a,
@@ -162,7 +162,10 @@ fn bad_requests_get_the_error_body() {
         "/ojs/v1/jobs",
         json!({"type": "a.b", "args": [], "options": {"retry": {"max_attempts": -3}}}),
     );
-    assert_eq!(status, 400, "{body}");
+    // Valid JSON, but not a policy the server can use: 422 (the issue and binding §16.2).
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_payload", "{body}");
+    assert_eq!(body["error"]["details"]["ojs_code"], "INVALID_RETRY_POLICY");
 }
 
 #[test]
@@ -200,7 +203,7 @@ fn batch_is_atomic_and_unique_duplicates_conflict() {
     let (status, body) = post(&a, "/ojs/v1/jobs", unique);
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (409, json!("DUPLICATE_JOB")),
+        (409, json!("duplicate")),
         "{body}"
     );
 }
@@ -267,7 +270,7 @@ fn nack_retries_then_discards_and_cancel_conflicts_once_terminal() {
     let r = request(&a, "DELETE", &format!("/ojs/v1/jobs/{other}"), &[]);
     assert_eq!(
         (r.status, r.json()["error"]["code"].clone()),
-        (409, json!("INVALID_STATE_TRANSITION"))
+        (409, json!("conflict"))
     );
     // ACTIVATE a pending job.
     let pending = id_of(&push(
@@ -479,4 +482,134 @@ fn cors_answers_preflights_for_the_allowed_origins_only() {
         &[("origin", "https://admin.example")],
     );
     assert_eq!(r.header("access-control-allow-origin"), None);
+}
+
+#[test]
+fn nack_details_retryable_requeue_and_the_fetch_wait() {
+    let srv = Server::start_with(&["--fetch-wait-ms", "30000"]);
+    let a = srv.http_addr.clone();
+    let mut c = srv.client();
+    let opts = json!({"queue": "nq", "retry": {"max_attempts": 5, "initial_interval_ms": 60000}});
+    let fetch = |w: &str| {
+        let (_, got) = post(
+            &a,
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["nq"], "worker_id": w, "wait_ms": 0}),
+        );
+        got["jobs"].clone()
+    };
+    // `details` is stored with the error; `requeue` skips the 60 s backoff.
+    let id = id_of(&push(
+        &a,
+        json!({"type": "n.q", "args": [], "options": opts}),
+    ));
+    assert_eq!(fetch("w")[0]["id"], id.as_str());
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "requeue": true, "error": {"code": "handler_error",
+            "message": "try again", "details": {"smtp_port": 587}}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        pick(&body, &["state", "retry_delay_ms"]),
+        json!(["available", 0])
+    );
+    let stored = call_json(&mut c, &format!("JOB {id}"));
+    assert_eq!(stored["error"]["details"], json!({"smtp_port": 587}));
+    // Fetched again at once; now `retryable: false` discards it with attempts left.
+    assert_eq!(fetch("w")[0]["attempt"], 2);
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "error": {"code": "x_auth", "message": "bad key", "retryable": false}}),
+    );
+    assert_eq!(pick(&body, &["state", "attempt"]), json!(["discarded", 2]));
+    // A plain NACK waits out the backoff; retry_delay_ms is measured from the failure.
+    let id = id_of(&push(
+        &a,
+        json!({"type": "n.q", "args": [], "options": opts}),
+    ));
+    assert_eq!(fetch("w")[0]["id"], id.as_str());
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "error": {"code": "handler_error", "message": "m"}}),
+    );
+    assert_eq!(body["state"], "retryable");
+    let delay = body["retry_delay_ms"].as_i64().unwrap();
+    assert!((30_000..=90_000).contains(&delay), "{body}");
+    // wait_ms: 0 answers at once with nothing, though the server would wait 30 s; a
+    // large wait_ms is cut to --fetch-wait-ms (not tested for its length here).
+    let t = std::time::Instant::now();
+    assert_eq!(fetch("w"), json!([]));
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["nq"], "wait_ms": "soon"}),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!("invalid_request"))
+    );
+    // details must be a small object.
+    let id = id_of(&push(
+        &a,
+        json!({"type": "n.q", "args": [], "options": opts}),
+    ));
+    assert_eq!(fetch("w")[0]["id"], id.as_str());
+    let (status, _) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "error": {"code": "e", "message": "m", "details": "text"}}),
+    );
+    assert_eq!(status, 400);
+    let big = "x".repeat(20_000);
+    let (status, _) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "error": {"code": "e", "message": "m", "details": {"big": big}}}),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(state_of(&mut c, &id), "active");
+}
+
+#[test]
+fn a_short_wait_behind_a_long_one_still_ends_on_time() {
+    let srv = Server::start_with(&["--fetch-wait-ms", "30000"]);
+    let a = srv.http_addr.clone();
+    let mut c = srv.client();
+    let long = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            post(
+                &a,
+                "/ojs/v1/workers/fetch",
+                json!({"queues": ["sw"], "worker_id": "long"}),
+            )
+        })
+    };
+    wait_for_blocked_fetches(&mut c, 1);
+    // Waiters are kept in deadline order: this one is answered after its own 300 ms, not
+    // after the 30 s of the one that came first.
+    let t = std::time::Instant::now();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["sw"], "worker_id": "short", "wait_ms": 300}),
+    );
+    assert_eq!((status, body["jobs"].clone()), (200, json!([])));
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    // The long waiter is still there and gets the next job.
+    let id = id_of(&push(
+        &a,
+        json!({"type": "s.w", "args": [], "options": {"queue": "sw"}}),
+    ));
+    let (_, body) = long.join().unwrap();
+    assert_eq!(body["jobs"][0]["id"], id.as_str());
 }

@@ -380,7 +380,7 @@ fn pruned_cursor_is_410_for_sse_and_polling_and_an_error_on_websocket() {
             other => panic!("unexpected {other}: {}", r.text()),
         }
     });
-    assert_eq!(body["error"]["code"], "CURSOR_EXPIRED");
+    assert_eq!(body["error"]["code"], "x_cursor_expired");
     assert_eq!(body["error"]["retryable"], false);
     let s = Sse::connect(
         &srv.http_addr,
@@ -389,7 +389,7 @@ fn pruned_cursor_is_410_for_sse_and_polling_and_an_error_on_websocket() {
     );
     assert_eq!(s.status, 410);
     let body = s.error_body();
-    assert_eq!(body["error"]["code"], "CURSOR_EXPIRED");
+    assert_eq!(body["error"]["code"], "x_cursor_expired");
     assert!(body["error"]["request_id"].is_string());
     let mut ws = Ws::connect(&srv);
     ws.send(json!({"action": "subscribe", "channel": "events", "after": 0}));
@@ -502,7 +502,7 @@ fn bad_requests_are_400_unknown_routes_404_with_json_bodies() {
         let r = http::get(a, path);
         assert_eq!(r.status, 400, "{path}: {}", r.text());
         let e = r.json();
-        assert_eq!(e["error"]["code"], "INVALID_REQUEST", "{path}");
+        assert_eq!(e["error"]["code"], "invalid_request", "{path}");
         assert!(e["error"]["message"]
             .as_str()
             .is_some_and(|m| !m.is_empty()));
@@ -512,10 +512,10 @@ fn bad_requests_are_400_unknown_routes_404_with_json_bodies() {
     assert_eq!(r.status, 400);
     let r = http::get(a, "/ojs/v1/nothing-here");
     assert_eq!(r.status, 404);
-    assert_eq!(r.json()["error"]["code"], "NOT_FOUND");
+    assert_eq!(r.json()["error"]["code"], "not_found");
     let r = http::request(a, "POST", "/ojs/v1/events", &[("Content-Length", "0")]);
     assert_eq!(r.status, 405);
-    assert_eq!(r.json()["error"]["code"], "METHOD_NOT_ALLOWED");
+    assert_eq!(r.json()["error"]["code"], "x_method_not_allowed");
     // The WebSocket route without an upgrade.
     let r = http::get(a, "/ojs/v1/ws");
     assert!((400..500).contains(&r.status), "{}", r.status);
@@ -759,7 +759,7 @@ fn a_password_protects_events_and_metrics_but_not_health() {
     for path in ["/ojs/v1/events", "/metrics", "/v1/events/stream"] {
         let r = http::get(h, path);
         assert_eq!(r.status, 401, "{path} without the password");
-        assert_eq!(r.json()["error"]["code"], "UNAUTHENTICATED");
+        assert_eq!(r.json()["error"]["code"], "x_unauthenticated");
         let wrong = http::request(h, "GET", path, &[("Authorization", "Bearer nope")]);
         assert_eq!(wrong.status, 401, "{path} with a wrong password");
     }

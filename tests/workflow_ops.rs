@@ -165,7 +165,7 @@ fn http_endpoints() {
 
     let (status, _, body) = http(&addr, "GET", "/ojs/v1/workflows/wf_nonexistent", None);
     assert_eq!(status, 404);
-    assert_eq!(body["error"]["code"], "NOT_FOUND");
+    assert_eq!(body["error"]["code"], "not_found");
     assert_eq!(
         body["error"]["message"],
         "workflow wf_nonexistent not found"
@@ -174,7 +174,7 @@ fn http_endpoints() {
     let bad = json!({"type": "chain", "steps": [], "name": 3});
     let (status, _, body) = http(&addr, "POST", "/ojs/v1/workflows", Some(&bad.to_string()));
     assert_eq!(status, 400);
-    assert_eq!(body["error"]["code"], "INVALID_WORKFLOW");
+    assert_eq!(body["error"]["code"], "invalid_workflow");
     assert_eq!(body["error"]["message"], "Workflow validation failed");
     assert_eq!(
         body["error"]["details"]["validation_errors"],
@@ -185,7 +185,7 @@ fn http_endpoints() {
     );
     let (status, _, body) = http(&addr, "POST", "/ojs/v1/workflows", Some("{oops"));
     assert_eq!(status, 400);
-    assert_eq!(body["error"]["code"], "INVALID_REQUEST");
+    assert_eq!(body["error"]["code"], "invalid_request");
 
     let (status, _, body) = http(&addr, "DELETE", &format!("/ojs/v1/workflows/{id}"), None);
     assert_eq!(status, 200, "{body}");
@@ -194,7 +194,7 @@ fn http_endpoints() {
     assert_eq!(body["workflow"]["metadata"]["completed_count"], 0);
     let (status, _, body) = http(&addr, "DELETE", &format!("/ojs/v1/workflows/{id}"), None);
     assert_eq!(status, 409);
-    assert_eq!(body["error"]["code"], "INVALID_STATE_TRANSITION");
+    assert_eq!(body["error"]["code"], "conflict");
     let (status, _, _) = http(&addr, "DELETE", "/ojs/v1/workflows/wf_nonexistent", None);
     assert_eq!(status, 404);
 
@@ -415,6 +415,6 @@ fn workflows_are_listed_newest_first_over_tcp_and_http() {
     let (status, _, body) = http(&addr, "GET", "/ojs/v1/workflows?limit=x", None);
     assert_eq!(
         (status, body["error"]["code"].clone()),
-        (400, json!("INVALID_REQUEST"))
+        (400, json!("invalid_request"))
     );
 }

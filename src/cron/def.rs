@@ -118,7 +118,24 @@ impl CronDef {
         let Value::Object(m) = value else {
             return Err(payload("a cron job must be a JSON object"));
         };
-        let get = |k: &str| m.get(k).filter(|v| !v.is_null());
+        // The public conformance suite's spellings are accepted too (PROTOCOL.md §11):
+        // `expression` for `cron`, and the job's `type`/`args`/`meta`/`options` inside a
+        // `job_template` object. A field given both ways takes the top-level one.
+        let template = match m.get("job_template") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(t)) => Some(t),
+            Some(_) => return Err(payload("job_template must be a JSON object")),
+        };
+        let get = |k: &str| {
+            let alias = match k {
+                "cron" => m.get("expression"),
+                "type" | "args" | "meta" | "options" => template.and_then(|t| t.get(k)),
+                _ => None,
+            };
+            m.get(k)
+                .filter(|v| !v.is_null())
+                .or(alias.filter(|v| !v.is_null()))
+        };
         let name = match get("name") {
             Some(Value::String(s)) if is_valid_name(s) => s.clone(),
             Some(Value::String(s)) => {

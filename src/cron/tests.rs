@@ -439,6 +439,22 @@ fn definitions() {
     );
     assert!(job.get("pending").is_none());
     assert_eq!(def.job(now, true)["pending"], true);
+    // The conformance suite's spellings: `expression` and a `job_template` object.
+    let (alt, _) = parse(json!({"name": "daily-report", "expression": "0 9 * * *",
+        "job_template": {"type": "report.generate", "args": [1],
+            "options": {"queue": "reports", "timeout": 300, "meta": {"team": "a"}, "tags": ["x"]}}}))
+    .unwrap();
+    assert_eq!(
+        (alt.cron.as_str(), alt.job_type.as_str()),
+        ("0 9 * * *", "report.generate")
+    );
+    assert_eq!(alt.args, vec![json!(1)]);
+    assert_eq!(
+        alt.job(at("2026-02-12T09:00:00Z"), false)["queue"],
+        "reports"
+    );
+    let bad = parse(json!({"name": "a", "expression": "0 9 * * *", "job_template": 3}));
+    assert_eq!(bad.unwrap_err().code, ErrorCode::InvalidPayload);
     let base = json!({"name": "a", "cron": "* * * * *", "type": "a.b"});
     let with = |k: &str, v: serde_json::Value| {
         let mut b = base.clone();

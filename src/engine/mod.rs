@@ -560,16 +560,31 @@ impl Engine {
             {
                 Ok(answer_of(Answer::Nothing))
             }
-            Command::Fetch { queues, count } => {
+            Command::Fetch {
+                queues,
+                count,
+                wait,
+            } => {
                 match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
+                    Ok(ids) if ids.is_empty() && wait.is_some_and(|w| w.is_zero()) => {
+                        Ok(answer_of(Answer::Nothing))
+                    }
                     Ok(ids) if ids.is_empty() => {
-                        self.waiters.push_back(Waiter {
-                            wid,
-                            queues,
-                            count,
-                            deadline: Instant::now() + self.cfg.fetch_wait,
-                            reply,
-                        });
+                        let wait = wait.map_or(self.cfg.fetch_wait, |w| w.min(self.cfg.fetch_wait));
+                        let deadline = Instant::now() + wait;
+                        // Kept in deadline order, so only the front can be due: a shorter
+                        // wait goes before the longer ones already waiting.
+                        let at = self.waiters.partition_point(|w| w.deadline <= deadline);
+                        self.waiters.insert(
+                            at,
+                            Waiter {
+                                wid,
+                                queues,
+                                count,
+                                deadline,
+                                reply,
+                            },
+                        );
                         return;
                     }
                     Ok(ids) => Ok(fetch_out(ids, count)),
@@ -585,7 +600,10 @@ impl Engine {
                 id,
                 error,
                 any_holder,
-            } => self.fail(txn, wid.as_ref(), &id, error, any_holder).map(ok),
+                requeue,
+            } => self
+                .fail(txn, wid.as_ref(), &id, error, any_holder, requeue)
+                .map(ok),
             Command::Cancel { id } => self.cancel(txn, &id, wid.as_ref()).map(ok),
             Command::Activate { id } => self.activate(txn, &id).map(ok),
             Command::Job { id } => self.job_info(&id).map(Out::Job),

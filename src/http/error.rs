@@ -1,8 +1,12 @@
 //! Error responses in the shape of ojs-http-binding §16.1:
-//! `{"error":{"code","message","retryable","request_id"}}`. Codes use the catalog's
-//! SCREAMING_SNAKE_CASE (ojs-errors §4), the same codes the TCP protocol returns, plus
-//! `INVALID_REQUEST` (the binding's `invalid_request`) and `METHOD_NOT_ALLOWED` for
-//! HTTP-only failures.
+//! `{"error":{"code","message","retryable","details","request_id"}}`. `code` is the
+//! binding's vocabulary (§16.3: `invalid_request`, `invalid_payload`, `not_found`,
+//! `duplicate`, `backend_error`, `rate_limited`, ...; codes it has no word for are `x_`
+//! plus the catalog code in lower case, e.g. `x_not_owner`; a wrong state is ojs-workflows'
+//! `conflict`), and
+//! `details.ojs_code` carries the ojs-errors catalog code the TCP protocol returns
+//! (`INVALID_QUEUE`, `INVALID_STATE_TRANSITION`, ...). Handlers and the engine speak
+//! catalog codes; they are translated here, once.
 //!
 //! A handler returns an [`ApiError`]; it travels in the response's extensions until the
 //! [`headers`](super::headers) middleware, which knows the request id, renders the body.
@@ -49,25 +53,53 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
 
-    /// Only backend trouble is worth retrying (ojs-errors §4.6).
+    /// Backend trouble and limits are worth retrying (ojs-errors §4.6, binding §16.3).
     pub fn retryable(&self) -> bool {
-        self.status.is_server_error()
+        self.status.is_server_error() || self.status == StatusCode::TOO_MANY_REQUESTS
     }
 
     /// The `error` object itself, with the request id when one is known.
     pub fn body(&self, request_id: Option<&str>) -> serde_json::Value {
         let mut e = json!({
-            "code": self.code,
+            "code": binding_code(self.code),
             "message": self.message,
             "retryable": self.retryable(),
         });
-        if let Some(d) = &self.details {
-            e["details"] = d.clone();
-        }
+        let mut details = match &self.details {
+            Some(serde_json::Value::Object(d)) => d.clone(),
+            _ => serde_json::Map::new(),
+        };
+        details.insert("ojs_code".into(), json!(self.code));
+        e["details"] = serde_json::Value::Object(details);
         if let Some(id) = request_id {
             e["request_id"] = json!(id);
         }
         json!({ "error": e })
+    }
+}
+
+/// The binding's word (§16.3) for a catalog code.
+pub fn binding_code(code: &str) -> String {
+    match code {
+        "INVALID_REQUEST" | "MALFORMED_COMMAND" | "UNKNOWN_COMMAND" | "LINE_TOO_LONG"
+        | "HELLO_REQUIRED" => "invalid_request".into(),
+        "INVALID_PAYLOAD"
+        | "INVALID_JOB_TYPE"
+        | "INVALID_QUEUE"
+        | "INVALID_ARGS"
+        | "INVALID_METADATA"
+        | "INVALID_RETRY_POLICY"
+        | "INVALID_CRON_EXPRESSION" => "invalid_payload".into(),
+        // ojs-workflows §11.1 names its own code.
+        "INVALID_WORKFLOW" => "invalid_workflow".into(),
+        "NOT_FOUND" => "not_found".into(),
+        // The binding has no word for a wrong state; ojs-workflows §11 says `conflict`.
+        "INVALID_STATE_TRANSITION" => "conflict".into(),
+        "DUPLICATE_JOB" => "duplicate".into(),
+        "BACKEND_ERROR" | "BACKEND_UNAVAILABLE" => "backend_error".into(),
+        "RATE_LIMITED" => "rate_limited".into(),
+        "QUEUE_PAUSED" => "queue_paused".into(),
+        other => format!("x_{}", other.to_ascii_lowercase()),
     }
 }
 
@@ -85,8 +117,9 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
         | InvalidQueue
         | InvalidArgs
         | InvalidMetadata
-        | InvalidRetryPolicy
         | InvalidCronExpression => (StatusCode::BAD_REQUEST, code.as_str()),
+        // Valid JSON the server cannot use as a policy: 422 (binding §16.2).
+        InvalidRetryPolicy => (StatusCode::UNPROCESSABLE_ENTITY, code.as_str()),
         InvalidStateTransition | DuplicateJob | NotOwner => (StatusCode::CONFLICT, code.as_str()),
         // The events the cursor pointed at are gone for good: resuming there cannot work.
         CursorExpired => (StatusCode::GONE, code.as_str()),
@@ -142,9 +175,22 @@ mod tests {
         assert!(e.retryable());
         let b = e.body(Some("req_1"));
         assert_eq!(b["error"]["request_id"], "req_1");
-        assert_eq!(b["error"]["code"], "BACKEND_UNAVAILABLE");
+        assert_eq!(b["error"]["code"], "backend_error");
+        assert_eq!(b["error"]["details"]["ojs_code"], "BACKEND_UNAVAILABLE");
         assert_eq!(b["error"]["retryable"], true);
-        assert!(b["error"].get("details").is_none());
+        // The binding's vocabulary, and x_ for what it has no word for.
+        let code = |c: ErrorCode| {
+            ApiError::from(OjsError::new(c, "m")).body(None)["error"]["code"].clone()
+        };
+        assert_eq!(code(ErrorCode::InvalidQueue), "invalid_payload");
+        assert_eq!(code(ErrorCode::NotFound), "not_found");
+        assert_eq!(code(ErrorCode::DuplicateJob), "duplicate");
+        assert_eq!(code(ErrorCode::MalformedCommand), "invalid_request");
+        assert_eq!(code(ErrorCode::InvalidStateTransition), "conflict");
+        let e = ApiError::from(OjsError::new(ErrorCode::InvalidRetryPolicy, "m"));
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+        let e = ApiError::from(OjsError::new(ErrorCode::QueueFull, "m"));
+        assert!(e.retryable());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! | `GET /ojs/v1/jobs/{id}` | JOB | `200 {"job"}` |
 //! | `DELETE /ojs/v1/jobs/{id}` | CANCEL | `200 {"job"}`; `409` once terminal (the binding) |
 //! | `POST /ojs/v1/jobs/{id}/activate` | ACTIVATE | `200 {"job"}` |
-//! | `POST /ojs/v1/workers/fetch` | FETCH (waits up to `--fetch-wait-ms`) | `200 {"jobs": [...]}` |
+//! | `POST /ojs/v1/workers/fetch` | FETCH (waits up to `wait_ms`, at most `--fetch-wait-ms`) | `200 {"jobs": [...]}` |
 //! | `POST /ojs/v1/workers/ack` | ACK | `200 {"acknowledged", "job_id", "state", "completed_at"}` |
 //! | `POST /ojs/v1/workers/nack` | FAIL | `200 {"job_id", "state", "attempt", "max_attempts", "next_attempt_at"/"discarded_at", "retry_delay_ms"}` |
 //! | `POST /ojs/v1/workers/heartbeat` | BEAT | `200 {"state", "jobs_extended", "server_time"}` |
@@ -304,9 +304,18 @@ async fn fetch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, 
             .ok_or_else(|| ApiError::bad_request("count must be an integer from 1 to 1000"))?
             as usize,
     };
+    // The long-poll wait of this request (an extension: `wait_ms`, at most and by default
+    // `--fetch-wait-ms`; 0 answers at once).
+    let wait = match req.get("wait_ms") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(std::time::Duration::from_millis(v.as_u64().ok_or_else(
+            || ApiError::bad_request("wait_ms must be a non-negative integer"),
+        )?)),
+    };
     let cmd = Command::Fetch {
         queues,
         count: Some(count),
+        wait,
     };
     let jobs = match st.engine.call(worker_id(&req)?, cmd).await? {
         Answer::Nothing => Vec::new(),
@@ -376,9 +385,16 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
         "message".into(),
         err.get("message").cloned().unwrap_or(json!("")),
     );
-    if let Some(bt) = err.get("backtrace") {
-        fail.insert("backtrace".into(), bt.clone());
+    for k in ["backtrace", "retryable", "details"] {
+        if let Some(v) = err.get(k) {
+            fail.insert(k.into(), v.clone());
+        }
     }
+    let requeue = match req.get("requeue") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::bad_request("requeue must be a boolean")),
+    };
     let mut obj = Map::new();
     obj.insert("error".into(), Value::Object(fail));
     let error = crate::protocol::command::fail_error(&obj)?;
@@ -390,16 +406,30 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
                 id: id.clone(),
                 error,
                 any_holder: false,
+                requeue,
             },
         )
         .await?;
     let job = read(&st, &id).await?.job()?;
     let mut out = json!({"job_id": id, "state": job.state.as_str(), "attempt": job.attempt,
         "max_attempts": job.retry.max_attempts});
+    // The delay is measured from the failure's own time (the engine's clock), not from
+    // when this reply is written; a requeued job is due at once.
+    let failed_at = job
+        .errors
+        .last()
+        .and_then(|e| e.get("timestamp"))
+        .and_then(Value::as_str)
+        .and_then(crate::job::parse_ts);
     if let Some(next) = job.next_retry_at {
         out["next_attempt_at"] = json!(crate::job::format_ts(next));
-        let now = chrono::Utc::now();
-        out["retry_delay_ms"] = json!((next - now).num_milliseconds().max(0));
+        let from = failed_at.unwrap_or_else(chrono::Utc::now);
+        out["retry_delay_ms"] = json!((next - from).num_milliseconds().max(0));
+    } else if job.state == State::Available {
+        if let Some(at) = failed_at {
+            out["next_attempt_at"] = json!(crate::job::format_ts(at));
+        }
+        out["retry_delay_ms"] = json!(0);
     }
     if let Some(at) = job.discarded_at {
         out["discarded_at"] = json!(crate::job::format_ts(at));

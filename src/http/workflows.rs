@@ -31,10 +31,10 @@ fn wrapped(status: StatusCode, wf: &WorkflowView) -> Response {
     )
 }
 
-/// The §11.1 validation error body.
+/// The §11.1 validation error body (ojs-workflows' own code, in the binding's lower case).
 fn invalid(problems: &[Problem]) -> Response {
-    let body = json!({"error": {"code": "INVALID_WORKFLOW", "message": "Workflow validation failed",
-        "retryable": false, "details": {"validation_errors": problems}}});
+    let body = json!({"error": {"code": "invalid_workflow", "message": "Workflow validation failed",
+        "retryable": false, "details": {"validation_errors": problems, "ojs_code": "INVALID_WORKFLOW"}}});
     json_response(
         StatusCode::BAD_REQUEST,
         serde_json::to_vec(&body).unwrap_or_default(),

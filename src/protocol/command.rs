@@ -62,6 +62,9 @@ pub enum Command {
     Fetch {
         queues: Vec<String>,
         count: Option<usize>,
+        /// How long to wait for a job when none is available, at most `--fetch-wait-ms`
+        /// (which is also the default); zero answers at once.
+        wait: Option<std::time::Duration>,
     },
     /// `any_holder`: settle the reservation whoever holds it (the Faktory dialect, where an
     /// ACK or FAIL by jid is accepted from any connection); otherwise only the holding
@@ -71,10 +74,13 @@ pub enum Command {
         result: Option<Value>,
         any_holder: bool,
     },
+    /// `requeue`: back to `available` at once when the policy allows a retry, without the
+    /// backoff (the HTTP binding's NACK `requeue`).
     Fail {
         id: String,
         error: Value,
         any_holder: bool,
+        requeue: bool,
     },
     Beat {
         wid: String,
@@ -132,6 +138,8 @@ pub enum Command {
 pub const MAX_FETCH_COUNT: usize = 1000;
 const MAX_BACKTRACE_FRAMES: usize = 50;
 const MAX_BACKTRACE_CHARS: usize = 10_000;
+/// Largest `error.details` a FAIL may attach, encoded.
+const MAX_DETAILS_BYTES: usize = 16 * 1024;
 
 fn malformed(msg: impl Into<String>) -> OjsError {
     OjsError::new(ErrorCode::MalformedCommand, msg)
@@ -182,11 +190,16 @@ fn single_word(verb: &str, payload: &str, what: &str) -> OjsResult<String> {
 
 /// Normalise a FAIL payload's error to `{type, message, backtrace?}`.
 pub(crate) fn fail_error(obj: &Map<String, Value>) -> OjsResult<Value> {
-    let (etype, message, backtrace) = match obj.get("error") {
-        Some(Value::Object(e)) => (e.get("type"), e.get("message"), e.get("backtrace")),
+    let (etype, message, backtrace, extra) = match obj.get("error") {
+        Some(Value::Object(e)) => (e.get("type"), e.get("message"), e.get("backtrace"), Some(e)),
         Some(_) => return Err(malformed("FAIL: error must be an object")),
         // Faktory's flat form.
-        None => (obj.get("errtype"), obj.get("message"), obj.get("backtrace")),
+        None => (
+            obj.get("errtype"),
+            obj.get("message"),
+            obj.get("backtrace"),
+            None,
+        ),
     };
     let etype = match etype {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
@@ -218,6 +231,30 @@ pub(crate) fn fail_error(obj: &Map<String, Value>) -> OjsResult<Value> {
             out.insert("backtrace".into(), Value::Array(kept));
         }
         Some(_) => return Err(malformed("FAIL: backtrace must be an array of strings")),
+    }
+    // `retryable: false` discards the job at once (ojs-core §7.4 "non-retryable");
+    // `details` is kept with the error (the HTTP binding's NACK), within a size limit.
+    if let Some(e) = extra {
+        match e.get("retryable") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => {
+                out.insert("retryable".into(), Value::Bool(*b));
+            }
+            Some(_) => return Err(malformed("FAIL: error.retryable must be a boolean")),
+        }
+        match e.get("details") {
+            None | Some(Value::Null) => {}
+            Some(d @ Value::Object(_)) => {
+                let size = serde_json::to_vec(d).map_or(usize::MAX, |v| v.len());
+                if size > MAX_DETAILS_BYTES {
+                    return Err(malformed(format!(
+                        "FAIL: error.details is {size} bytes; the limit is {MAX_DETAILS_BYTES}"
+                    )));
+                }
+                out.insert("details".into(), d.clone());
+            }
+            Some(_) => return Err(malformed("FAIL: error.details must be an object")),
+        }
     }
     Ok(Value::Object(out))
 }
@@ -251,7 +288,11 @@ fn parse_fetch(payload: &str) -> OjsResult<Command> {
     if queues.is_empty() {
         return Err(malformed("FETCH needs at least one queue name"));
     }
-    Ok(Command::Fetch { queues, count })
+    Ok(Command::Fetch {
+        queues,
+        count,
+        wait: None,
+    })
 }
 
 fn split_verb(line: &str) -> (&str, &str) {
@@ -312,6 +353,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
                 id,
                 error: fail_error(&obj)?,
                 any_holder: false,
+                requeue: matches!(obj.get("requeue"), Some(Value::Bool(true))),
             })
         }
         "BEAT" => {
@@ -457,7 +499,8 @@ mod tests {
             parse_command(b"FETCH critical default COUNT 5").unwrap(),
             Command::Fetch {
                 queues: vec!["critical".into(), "default".into()],
-                count: Some(5)
+                count: Some(5),
+                wait: None,
             }
         );
         assert_eq!(

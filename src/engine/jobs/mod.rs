@@ -399,24 +399,32 @@ impl Engine {
         id: &str,
         error: Value,
         any_holder: bool,
+        requeue: bool,
     ) -> OjsResult<()> {
         let uid = self.active_job_held(txn, id, wid, "FAIL", any_holder)?;
         self.stats.failed += 1;
         self.release(uid);
-        self.failed_attempt(txn, uid, error, false, Component::Worker(wid.map(|w| &**w)))
+        let how = if requeue {
+            Ended::Requeue
+        } else {
+            Ended::Failed
+        };
+        self.failed_attempt(txn, uid, error, how, Component::Worker(wid.map(|w| &**w)))
     }
 
-    /// Record a failed attempt and apply the retry policy (ojs-retry §2-§6). `lost` marks an
-    /// attempt that ended without a FAIL (visibility timeout, dead worker): per ojs-core §6.3
-    /// such a job goes straight back to `available` while attempts remain.
+    /// Record a failed attempt and apply the retry policy (ojs-retry §2-§6). An attempt that
+    /// ended without a FAIL (`Ended::Lost`: visibility timeout, dead worker) goes straight
+    /// back to `available` while attempts remain (ojs-core §6.3), as does a FAIL that asked
+    /// to be requeued; an error with `retryable: false` discards the job at once.
     fn failed_attempt(
         &mut self,
         txn: &mut Txn,
         uid: Uuid,
         error: Value,
-        lost: bool,
+        how: Ended,
         from: Component<'_>,
     ) -> OjsResult<()> {
+        let lost = how == Ended::Lost;
         let now = self.now;
         let now_ms = self.now_ms();
         let sample: f64 = rand::random();
@@ -429,7 +437,10 @@ impl Engine {
         if let (true, Value::Object(m)) = (lost && faktory, &mut error) {
             m.insert("type".into(), json!("ReservationExpired"));
         }
-        let lost = lost && !faktory;
+        // Straight back to `available` (when a retry is allowed): a lost reservation outside
+        // Faktory's rules, or a FAIL that asked to be requeued.
+        let immediate = (lost && !faktory) || how == Ended::Requeue;
+        let not_retryable = error.get("retryable") == Some(&Value::Bool(false));
         let duration_ms = job.started_at.map(|t| (now - t).num_milliseconds());
         let etype = error
             .get("type")
@@ -450,6 +461,7 @@ impl Engine {
         );
         // A cancelled workflow lets running jobs finish but starts no new attempt.
         let decision = match decision {
+            RetryDecision::Retry { .. } if not_retryable && !lost => RetryDecision::Exhausted,
             RetryDecision::Retry { .. } if self.workflow_cancelled_for(uid) => {
                 RetryDecision::Exhausted
             }
@@ -468,7 +480,7 @@ impl Engine {
         }
         let mut retry_at = None;
         match decision {
-            RetryDecision::Retry { delay } if lost => {
+            RetryDecision::Retry { delay } if immediate => {
                 let _ = delay;
                 job.state = State::Available;
                 job.started_at = None;
@@ -687,7 +699,7 @@ impl Engine {
     ) -> OjsResult<()> {
         self.release(uid);
         let error = json!({"type": etype, "message": message});
-        self.failed_attempt(txn, uid, error, true, Component::Scheduler)
+        self.failed_attempt(txn, uid, error, Ended::Lost, Component::Scheduler)
     }
 
     pub(in crate::engine) fn run_timers(&mut self, txn: &mut Txn) {
@@ -770,4 +782,15 @@ impl Engine {
 
 fn exhausted_by(d: &RetryDecision) -> bool {
     matches!(d, RetryDecision::Exhausted)
+}
+
+/// How an attempt ended without success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// FAIL: retried after the policy's backoff.
+    Failed,
+    /// FAIL asking to be requeued: retried at once.
+    Requeue,
+    /// No ACK or FAIL came (visibility timeout, dead worker).
+    Lost,
 }

@@ -100,6 +100,7 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
             let fetch = Command::Fetch {
                 queues,
                 count: None,
+                wait: None,
             };
             Ok((fetch, Render::Fetch))
         }
@@ -166,6 +167,7 @@ fn fail(obj: Map<String, Value>) -> OjsResult<Command> {
         id: ojs_id(&jid),
         error: crate::protocol::command::fail_error(&flat)?,
         any_holder: true,
+        requeue: false,
     })
 }
 

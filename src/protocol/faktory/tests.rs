@@ -89,6 +89,7 @@ fn ack_fail_beat_fetch_parse() {
         id,
         error,
         any_holder: true,
+        requeue: false,
     } = c
     else {
         panic!()
