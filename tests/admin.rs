@@ -239,6 +239,32 @@ fn dead_stats_and_http_listing() {
     );
     let (_, v) = http(h, "GET", "/ojs/v1/dead-letter?queue=s1&error_type=Net", "");
     assert_eq!(v["pagination"]["total"], 2);
+    // The binding's shape (§12.1) and cursor paging (§17).
+    assert_eq!(v["jobs"].as_array().map(Vec::len), Some(2), "{v}");
+    let (_, v) = http(h, "GET", "/ojs/v1/dead-letter?limit=2", "");
+    assert_eq!(
+        (
+            v["pagination"]["has_more"].clone(),
+            v["jobs"].as_array().map(Vec::len)
+        ),
+        (json!(true), Some(2)),
+        "{v}"
+    );
+    let cursor = v["pagination"]["next_cursor"]
+        .as_str()
+        .expect("next_cursor");
+    let (_, v) = http(
+        h,
+        "GET",
+        &format!("/ojs/v1/dead-letter?limit=2&cursor={cursor}"),
+        "",
+    );
+    assert_eq!(
+        ids_of(v["jobs"].as_array().expect("jobs")),
+        vec![ids[0].clone()]
+    );
+    assert_eq!(v["pagination"]["has_more"], false);
+    assert!(v["pagination"].get("next_cursor").is_none(), "{v}");
     let (st, _) = http(h, "GET", "/ojs/v1/dead-letter?since=yesterday", "");
     assert_eq!(st, 400);
     let (st, v) = http(

@@ -57,9 +57,17 @@ pub fn routes() -> Router<AppState> {
         .route("/ojs/v1/admin/workers/{id}/terminate", post(terminate))
         .route("/ojs/v1/admin/jobs", get(jobs))
         .route("/ojs/v1/admin/overview", get(overview));
-    for base in ["/ojs/v1/admin/dead-letter", "/ojs/v1/dead-letter"] {
+    for (base, binding) in [
+        ("/ojs/v1/admin/dead-letter", false),
+        ("/ojs/v1/dead-letter", true),
+    ] {
+        let list = if binding {
+            get(dead_list_binding)
+        } else {
+            get(dead_list)
+        };
         r = r
-            .route(base, get(dead_list).delete(dead_delete_all))
+            .route(base, list.delete(dead_delete_all))
             .route(&format!("{base}/stats"), get(dead_stats))
             .route(&format!("{base}/retry"), post(dead_retry_all))
             .route(&format!("{base}/{{id}}"), get(dead_get).delete(dead_delete))
@@ -282,6 +290,37 @@ async fn dead_list(
         "items": v.jobs,
         "pagination": {"total": v.total, "page": page.unwrap_or(1), "per_page": per},
     })))
+}
+
+/// `GET /ojs/v1/dead-letter?queue=&type=&error_type=&since=&until=&limit=&offset=&cursor=`
+/// in the binding's shape (§12.1, §17): `{"jobs": [...], "pagination": {"total", "limit",
+/// "offset", "has_more", "next_cursor"?}}`, at most 100 a page.
+async fn dead_list_binding(
+    State(st): State<AppState>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Res {
+    let pairs = query_pairs(q)?;
+    let req = super::page::page_req(&pairs, 100)?;
+    let mut obj = Map::new();
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "queue" | "type" | "error_type" => {
+                obj.insert(k.clone(), json!(v));
+            }
+            "since" | "until" => {
+                obj.insert(k.clone(), json!(v.trim().replace(' ', "+")));
+            }
+            _ => {}
+        }
+    }
+    obj.insert("limit".into(), json!(req.limit));
+    obj.insert("offset".into(), json!(req.offset));
+    let v = match call(&st, Command::Dead(parse::dead_list(&obj)?)).await? {
+        Answer::DeadPage(v) => v,
+        other => return Err(ApiError::unexpected(&other)),
+    };
+    let pagination = super::page::pagination(v.total, req, v.jobs.len());
+    Ok(ok_json(&json!({"jobs": v.jobs, "pagination": pagination})))
 }
 
 /// A command whose answer is shown as it is (its typed document, or a job).

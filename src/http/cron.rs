@@ -59,38 +59,27 @@ pub async fn list(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(pairs) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let (mut enabled, mut limit, mut offset) = (None, MAX_LIST, 0);
+    let mut enabled = None;
     for (k, v) in &pairs {
-        match k.as_str() {
-            "enabled" => {
-                enabled = Some(v.parse::<bool>().map_err(|_| {
-                    ApiError::bad_request(format!("enabled must be true or false, got {v:?}"))
-                })?)
-            }
-            "limit" => {
-                limit = v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "limit must be an integer from 1 to {MAX_LIST}, got {v:?}"
-                    ))
-                })?
-            }
-            "offset" => {
-                offset = v.parse::<usize>().map_err(|_| {
-                    ApiError::bad_request(format!(
-                        "offset must be a non-negative integer, got {v:?}"
-                    ))
-                })?
-            }
-            _ => {}
+        if k == "enabled" {
+            enabled = Some(v.parse::<bool>().map_err(|_| {
+                ApiError::bad_request(format!("enabled must be true or false, got {v:?}"))
+            })?)
         }
     }
+    let req = super::page::page_req(&pairs, MAX_LIST)?;
     let cmd = CronCmd::List {
         enabled,
-        limit: limit.min(MAX_LIST),
-        offset,
+        limit: req.limit,
+        offset: req.offset,
     };
     match call(&st, cmd).await? {
-        Answer::CronPage(page) => Ok(ok(StatusCode::OK, &page)),
+        Answer::CronPage(page) => {
+            let mut v = serde_json::to_value(&page).unwrap_or_default();
+            let p = &page.pagination;
+            v["pagination"] = super::page::pagination(p.total, req, page.cron_jobs.len());
+            Ok(ok(StatusCode::OK, &v))
+        }
         other => Err(ApiError::unexpected(&other)),
     }
 }

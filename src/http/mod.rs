@@ -22,6 +22,7 @@ pub mod cron;
 pub mod dashboard;
 pub mod error;
 pub mod jobs;
+pub mod page;
 pub mod poll;
 pub mod query;
 pub mod queues;

@@ -36,26 +36,17 @@ fn ok(v: &Value) -> Response {
     json_response(StatusCode::OK, serde_json::to_vec(v).unwrap_or_default())
 }
 
+/// Most queues one page lists (ojs-http-binding §17's maximum).
+const MAX_PAGE: usize = 200;
+
 async fn list(
     AxState(st): AxState<AppState>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (mut limit, mut offset) = (50usize, 0usize);
-    for (k, v) in q
+    let pairs = q
         .map(|Query(p)| p)
-        .map_err(|e| ApiError::bad_request(e.body_text()))?
-    {
-        let n = || {
-            v.trim()
-                .parse::<usize>()
-                .map_err(|_| ApiError::bad_request(format!("{k} must be a non-negative integer")))
-        };
-        match k.as_str() {
-            "limit" => limit = n()?.clamp(1, 1000),
-            "offset" => offset = n()?,
-            _ => {}
-        }
-    }
+        .map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let req = super::page::page_req(&pairs, MAX_PAGE)?;
     let Answer::Queues(all) = st.engine.call(None, Command::Queue(QueueCmd::List)).await? else {
         return Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -66,15 +57,12 @@ async fn list(
     let page: Vec<Value> = all
         .queues
         .iter()
-        .skip(offset)
-        .take(limit)
+        .skip(req.offset)
+        .take(req.limit)
         .map(|q| json!({"name": q.name, "status": q.state}))
         .collect();
-    let has_more = offset.saturating_add(page.len()) < all.queues.len();
-    Ok(ok(
-        &json!({"queues": page, "pagination": {"total": all.queues.len(),
-        "limit": limit, "offset": offset, "has_more": has_more}}),
-    ))
+    let pagination = super::page::pagination(all.queues.len(), req, page.len());
+    Ok(ok(&json!({"queues": page, "pagination": pagination})))
 }
 
 async fn stats(

@@ -216,7 +216,7 @@ pages.dead = {
     const filter = {};
     for (const k of ["queue", "type", "error_type"]) if (params.get(k)) filter[k] = params.get(k);
     const q = new URLSearchParams({ per_page: 100, ...filter });
-    const list = await api("GET", `/ojs/v1/dead-letter?${q}`);
+    const list = await api("GET", `/ojs/v1/admin/dead-letter?${q}`);
     const enc = encodeURIComponent;
     const inputs = ["queue", "type", "error_type"].map((k) => el("input", { name: k, placeholder: k, value: filter[k] || "" }));
     const rows = list.items.map((j) => el("tr", { "data-job": j.id },
