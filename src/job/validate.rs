@@ -119,6 +119,17 @@ fn object(v: Value) -> Option<Map<String, Value>> {
 }
 
 /// Dot-separated segments, each `[a-z][a-z0-9_]*`, at most `MAX_TYPE_BYTES` (ojs-core §5.1).
+/// ojs-core's named priority levels (HIGH 10, NORMAL 0, LOW -10), in any case; the
+/// envelope stores the number.
+fn named_priority(name: &str) -> Option<i64> {
+    match name.to_ascii_uppercase().as_str() {
+        "HIGH" => Some(10),
+        "NORMAL" => Some(0),
+        "LOW" => Some(-10),
+        _ => None,
+    }
+}
+
 pub fn is_valid_job_type(t: &str) -> bool {
     t.len() <= MAX_TYPE_BYTES
         && t.split('.').all(|seg| {
@@ -193,8 +204,10 @@ pub fn parse_new_job(
         return Err(err(InvalidMetadata, message));
     }
 
-    let i64_range = "an integer between -2^63 and 2^63-1";
-    let priority = take(m, "priority", InvalidPayload, i64_range, |v| v.as_i64())?;
+    let i64_range = "an integer between -2^63 and 2^63-1, or HIGH (10), NORMAL (0) or LOW (-10)";
+    let priority = take(m, "priority", InvalidPayload, i64_range, |v| {
+        v.as_i64().or_else(|| named_priority(v.as_str()?))
+    })?;
     let seconds = format!(
         "a non-negative integer number of seconds (0 = default), at most {}",
         crate::time::MAX_TIMEOUT_SECS
@@ -306,7 +319,8 @@ mod tests {
             ("meta", ok, vec![json!({"k": {"x": 1}}), json!({"k": "x".repeat(meta_max - 8)})]),
             ("meta", Some(InvalidMetadata), vec![json!([]), json!({"k": "x".repeat(meta_max)})]),
             ("priority", ok, vec![json!(-100), json!(i64::MIN), json!(i64::MAX)]),
-            ("priority", pay, vec![json!(1.5), json!(1.0), json!("10"), json!(u64::MAX)]),
+            ("priority", ok, vec![json!("HIGH"), json!("normal"), json!("Low")]),
+            ("priority", pay, vec![json!(1.5), json!(1.0), json!("10"), json!(u64::MAX), json!("URGENT")]),
             ("timeout", ok, vec![json!(0), json!(60)]),
             ("timeout", pay, vec![json!(-1), json!(1.5), json!("PT1M")]),
             ("retry", ok, vec![json!({"max_attempts": 10})]),
@@ -408,6 +422,14 @@ mod tests {
         let stored = serde_json::to_value(&job).unwrap();
         assert_eq!(stored["x-tenant"], "acme");
         assert_eq!(serde_json::from_value::<Job>(stored).unwrap(), job);
+    }
+
+    #[test]
+    fn named_priorities_are_stored_as_numbers() {
+        for (name, n) in [("HIGH", 10), ("normal", 0), ("Low", -10)] {
+            let job = parse(with("priority", json!(name))).unwrap().job;
+            assert_eq!(job.priority, n, "{name}");
+        }
     }
 
     #[test]
