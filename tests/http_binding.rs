@@ -387,7 +387,40 @@ fn queues_pause_resume_stats_and_the_manifest() {
 
     let m = get(&a, "/ojs/manifest").json();
     assert_eq!(m["implementation"]["name"], "ojsd");
-    assert_eq!(m["conformance_level"], 1);
+    assert_eq!(m["conformance_level"], 4);
+    assert_eq!(m["capabilities"]["rate_limiting"], true);
+    assert_eq!(m["capabilities"]["schema_validation"], false);
+}
+
+/// Level 4's batch size (L4-BULK-002: at least 1,000 jobs a request) and named priorities.
+#[test]
+fn a_batch_of_a_thousand_and_named_priorities() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let jobs: Vec<Value> = (0..1000)
+        .map(|i| json!({"type": "b.k", "args": [i], "options": {"queue": "bulk"}}))
+        .collect();
+    let (status, body) = post(&a, "/ojs/v1/jobs/batch", json!({ "jobs": jobs }));
+    assert_eq!((status, body["count"].clone()), (201, json!(1000)));
+    for (p, n) in [("LOW", "low"), ("NORMAL", "normal"), ("HIGH", "high")] {
+        let job = push(
+            &a,
+            json!({"type": "p.n", "args": [n], "options": {"queue": "named", "priority": p}}),
+        );
+        assert!(job["priority"].is_i64(), "{job}");
+    }
+    let (_, got) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["named"], "count": 3}),
+    );
+    let order: Vec<&str> = got["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["args"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["high", "normal", "low"]);
 }
 
 #[test]

@@ -256,6 +256,9 @@ pub struct QueueStats {
     pub oldest_available_at: Option<String>,
     pub latency_ms: i64,
     pub workers: usize,
+    /// QUEUE LIMIT's limit, when the queue has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<Value>,
 }
 
 /// QUEUE PURGE.

@@ -70,6 +70,10 @@ pub struct Queue {
     heap: BinaryHeap<HeapItem>,
     /// Completions and failures of recent minutes (QUEUE STATS).
     pub throughput: super::throughput::Throughput,
+    /// The queue's rate limit (QUEUE LIMIT), and the start times (engine ms) inside its
+    /// rate window, oldest first, at most `rate.limit` of them.
+    pub limit: Option<crate::protocol::admin::QueueLimit>,
+    pub starts: std::collections::VecDeque<i64>,
 }
 
 fn state_slot(s: State) -> usize {
@@ -79,6 +83,57 @@ fn state_slot(s: State) -> usize {
 impl Queue {
     pub fn count(&self, s: State) -> usize {
         self.counts[state_slot(s)]
+    }
+
+    /// Whether the rate limit lets one more job of this queue start at `now` (engine ms).
+    /// Drops the starts that have left the window.
+    pub fn can_start(&mut self, now: i64) -> bool {
+        self.prune_window(now);
+        let Some(limit) = self.limit else {
+            return true;
+        };
+        let busy = limit
+            .concurrency
+            .is_some_and(|c| self.count(State::Active) >= c as usize);
+        let window_full = limit
+            .rate
+            .is_some_and(|r| self.starts.len() >= r.limit as usize);
+        !busy && !window_full
+    }
+
+    /// Forget the starts that have left the rate window.
+    pub fn prune_window(&mut self, now: i64) {
+        if let Some(r) = self.limit.and_then(|l| l.rate) {
+            let from = now.saturating_sub(r.period_ms);
+            while self.starts.front().is_some_and(|t| *t <= from) {
+                self.starts.pop_front();
+            }
+        }
+    }
+
+    /// A job of this queue started at `now`: counted in the rate window.
+    pub fn started(&mut self, now: i64) {
+        if let Some(r) = self.limit.and_then(|l| l.rate) {
+            self.starts.push_back(now);
+            while self.starts.len() > r.limit as usize {
+                self.starts.pop_front();
+            }
+        }
+    }
+
+    /// When a job held back only by the rate window may start (engine ms).
+    pub fn window_frees_at(&self) -> Option<i64> {
+        let limit = self.limit?;
+        let r = limit.rate?;
+        let busy = limit
+            .concurrency
+            .is_some_and(|c| self.count(State::Active) >= c as usize);
+        // Held back by the concurrency cap, the window does not matter: a job leaving
+        // `active` wakes the waiters instead.
+        if busy || self.count(State::Available) == 0 || self.starts.len() < r.limit as usize {
+            return None;
+        }
+        self.starts.front().map(|t| t.saturating_add(r.period_ms))
     }
 
     /// Shown in queue lists: not forgotten, or holding unfinished jobs again.
@@ -107,6 +162,8 @@ pub struct Index {
     pub jobs_noted: usize,
     /// Encoded bytes of every job not yet terminal (`--max-queued-bytes`).
     pub queued_bytes: u64,
+    /// A job left `active` in a queue with a rate limit: waiting FETCHes may be served.
+    pub limit_freed: bool,
 }
 
 impl Index {
@@ -211,6 +268,9 @@ impl Index {
         let queue = &mut self.queues[q];
         queue.counts[state_slot(from)] -= 1;
         queue.counts[state_slot(to)] += 1;
+        if from == State::Active && queue.limit.is_some() {
+            self.limit_freed = true;
+        }
         self.compact(q);
     }
 
@@ -243,6 +303,9 @@ impl Index {
         }
         let q = &mut self.queues[e.queue as usize];
         q.counts[state_slot(e.state)] -= 1;
+        if e.state == State::Active && q.limit.is_some() {
+            self.limit_freed = true;
+        }
         Some(e)
     }
 

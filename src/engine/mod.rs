@@ -426,6 +426,10 @@ impl Engine {
         if let Some(d) = self.waiters.front().map(|w| w.deadline) {
             budget = budget.min(d.saturating_duration_since(Instant::now()));
         }
+        if let Some(due) = self.next_window_free() {
+            let ms = due - self.clock.now().timestamp_millis();
+            budget = budget.min(Duration::from_millis(ms.max(0) as u64));
+        }
         budget
     }
 
@@ -657,6 +661,15 @@ impl Engine {
     /// Hand newly available jobs to waiting FETCHes, oldest waiter first, and time out the rest.
     fn serve_waiters(&mut self, txn: &mut Txn, stopping: bool) {
         let now = Instant::now();
+        // A slot of a rate-limited queue came free, or its window moved on.
+        self.prune_windows();
+        if std::mem::take(&mut self.index.limit_freed)
+            || self
+                .next_window_free()
+                .is_some_and(|t| t <= self.clock.now().timestamp_millis())
+        {
+            self.woke = true;
+        }
         if std::mem::take(&mut self.woke) && !stopping {
             // Offer what became available, oldest waiter first.
             let mut keep = VecDeque::with_capacity(self.waiters.len());
@@ -681,8 +694,8 @@ impl Engine {
             }
             self.waiters = keep;
         }
-        // Every waiter waits the same time from its arrival, so deadlines are in queue order
-        // and only the front can be due: idle connections cost nothing per turn.
+        // Waiters are kept in deadline order (FETCH inserts them so), so only the front can
+        // be due: idle connections cost nothing per turn.
         while self
             .waiters
             .front()

@@ -506,16 +506,21 @@ impl Engine {
         // Key order, as a single scan would have found them (holders are kept oldest first).
         unique.sort_unstable_by_key(|(id, _, _)| *id);
         self.index_unique(unique);
-        let mut paused = Vec::new();
-        self.store.scan(Space::Meta, &mut |key, _| {
+        let (mut paused, mut limits) = (Vec::new(), Vec::new());
+        self.store.scan(Space::Meta, &mut |key, value| {
             if let Some(name) = key.strip_prefix(super::admin::PAUSED_PREFIX.as_bytes()) {
                 paused.push(String::from_utf8_lossy(name).into_owned());
+            } else if let Some(name) = key.strip_prefix(super::admin::LIMIT_PREFIX.as_bytes()) {
+                limits.push((String::from_utf8_lossy(name).into_owned(), value.to_vec()));
             }
             true
         })?;
         for name in paused {
             let q = self.index.queue_id(&name);
             self.index.queue_mut(q).paused = true;
+        }
+        for (name, value) in limits {
+            self.load_queue_limit(&name, &value);
         }
         // Rewrite interrupted jobs as available, in one commit, before serving anyone.
         self.now = self.clock.now();

@@ -48,6 +48,12 @@ pub fn routes() -> Router<AppState> {
         .route("/ojs/v1/admin/queues/{name}/pause", post(pause))
         .route("/ojs/v1/admin/queues/{name}/resume", post(resume))
         .route(
+            "/ojs/v1/admin/queues/{name}/rate-limit",
+            get(rate_limit_get)
+                .put(rate_limit_put)
+                .delete(rate_limit_delete),
+        )
+        .route(
             "/ojs/v1/admin/queues/{name}/jobs",
             axum::routing::delete(purge),
         )
@@ -186,6 +192,36 @@ async fn pause(State(st): State<AppState>, Path(name): Path<String>) -> Res {
 async fn resume(State(st): State<AppState>, Path(name): Path<String>) -> Res {
     call(&st, Command::Queue(QueueCmd::Resume(vec![name.clone()]))).await?;
     Ok(ok_json(&json!({"name": name, "paused": false})))
+}
+
+/// `PUT /ojs/v1/admin/queues/{name}/rate-limit` `{"concurrency"?, "rate"?: {"limit",
+/// "period"}}` (ojs-rate-limiting §7.2): `{"queue", "rate_limit"}`.
+async fn rate_limit_put(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Res {
+    let limit = parse::QueueLimit::parse(&Value::Object(body_object(&body)?))?;
+    let cmd = QueueCmd::Limit {
+        queue: name.clone(),
+        limit: Some(limit),
+    };
+    call(&st, Command::Queue(cmd)).await?;
+    Ok(ok_json(
+        &json!({"queue": name, "rate_limit": limit.to_json()}),
+    ))
+}
+
+async fn rate_limit_delete(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+    let cmd = QueueCmd::Limit {
+        queue: name.clone(),
+        limit: None,
+    };
+    call(&st, Command::Queue(cmd)).await?;
+    Ok(ok_json(&json!({"queue": name, "rate_limit": null})))
+}
+
+async fn rate_limit_get(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+    match call(&st, Command::Queue(QueueCmd::Stats(name.clone()))).await? {
+        Answer::QueueStats(v) => Ok(ok_json(&json!({"queue": name, "rate_limit": v.rate_limit}))),
+        other => Err(ApiError::unexpected(&other)),
+    }
 }
 
 async fn purge(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Res {

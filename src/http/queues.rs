@@ -96,6 +96,7 @@ async fn stats(
             "avg_wait_ms": s.latency_ms,
             "workers": s.workers,
         },
+        "rate_limit": s.rate_limit,
         "computed_at": crate::job::format_ts(chrono::Utc::now()),
     })))
 }
@@ -133,18 +134,25 @@ async fn resume(
 /// `tests/http_binding.rs` exercise over HTTP: level 0 (push, fetch, ack, nack, info,
 /// cancel) and level 1 (heartbeats with directives); the rest of the binding's levels are
 /// only partly served over HTTP (see PROTOCOL.md §14).
+/// `GET /ojs/manifest` (ojs-http-binding §21). Level 4 is what ojsd's own tests cover,
+/// requirement by requirement (PROTOCOL.md §14 reading 9); schema validation is the one
+/// capability it lacks.
 async fn manifest() -> Response {
     ok(&json!({
+        "ojs_version": crate::job::SPEC_VERSION,
         "specversion": crate::job::SPEC_VERSION,
         "implementation": {"name": "ojsd", "version": env!("CARGO_PKG_VERSION"), "language": "rust"},
-        "conformance_level": 1,
+        "conformance_level": 4,
         "protocols": ["http", "tcp"],
         "backend": "embedded",
         "capabilities": {
-            "batch_enqueue": true, "cron": true, "workflows": true, "unique_jobs": true,
-            "dead_letter": true, "priority": true, "scheduled_jobs": true, "events": true,
-            "pause_resume": true, "heartbeat": true,
+            "batch_enqueue": true, "cron_jobs": true, "dead_letter": true, "delayed_jobs": true,
+            "job_ttl": true, "priority_queues": true, "rate_limiting": true,
+            "schema_validation": false, "unique_jobs": true, "workflows": true,
+            "pause_resume": true, "events": true, "heartbeat": true,
         },
-        "endpoints": {"base_path": "/ojs/v1", "events": "/ojs/v1/events/stream"},
+        "extensions": ["faktory-dialect", "retry-backoff-strategy", "queue-rate-limits"],
+        "endpoints": {"base_url": "/ojs/v1", "manifest": "/ojs/manifest",
+            "health": "/ojs/v1/health", "events": "/ojs/v1/events/stream"},
     }))
 }

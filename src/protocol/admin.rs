@@ -28,6 +28,11 @@ pub enum QueueCmd {
     },
     /// Delete the queues' available jobs and forget the queues (`*`: every queue).
     Remove(Vec<String>),
+    /// Set (or with `None` lift) a queue's rate limit (ojs-rate-limiting §7.2).
+    Limit {
+        queue: String,
+        limit: Option<QueueLimit>,
+    },
     /// Seconds the oldest available job of each queue has waited (`*`: every queue).
     Latency(Vec<String>),
 }
@@ -288,6 +293,26 @@ pub fn parse_queue(payload: &str) -> OjsResult<QueueCmd> {
             rest,
             "queue name",
         )?)),
+        "LIMIT" => {
+            let (queue, body) = split_verb(rest);
+            if queue.is_empty() || body.is_empty() {
+                return Err(malformed(
+                    "QUEUE LIMIT needs a queue name and {\"concurrency\", \"rate\"} or OFF",
+                ));
+            }
+            let limit = if body.eq_ignore_ascii_case("OFF") {
+                None
+            } else {
+                Some(QueueLimit::parse(&Value::Object(object(
+                    "QUEUE LIMIT",
+                    body,
+                )?))?)
+            };
+            Ok(QueueCmd::Limit {
+                queue: queue.to_string(),
+                limit,
+            })
+        }
         "PURGE" => {
             let (queue, body) = split_verb(rest);
             if queue.is_empty() || !body.starts_with('{') {
@@ -297,7 +322,104 @@ pub fn parse_queue(payload: &str) -> OjsResult<QueueCmd> {
             }
             queue_purge(queue, &object("QUEUE PURGE", body)?)
         }
-        _ => Err(malformed("QUEUE needs PAUSE, RESUME, LIST, STATS or PURGE")),
+        _ => Err(malformed(
+            "QUEUE needs PAUSE, RESUME, LIST, STATS, LIMIT or PURGE",
+        )),
+    }
+}
+
+/// A queue's rate limit (ojs-rate-limiting §7.2): at most `concurrency` jobs of the queue
+/// active at once, and at most `rate.limit` started within any `rate.period` (a sliding
+/// window). Either may be absent; `concurrency: 0` holds every job back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueueLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateWindow>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RateWindow {
+    pub limit: u32,
+    /// The window, ms (ISO 8601 `period` on the wire).
+    pub period_ms: i64,
+}
+
+/// Largest concurrency or window count a queue limit may set.
+pub const MAX_LIMIT_COUNT: u64 = 1_000_000;
+/// Longest rate window: a day.
+pub const MAX_LIMIT_PERIOD_MS: i64 = 86_400_000;
+
+impl QueueLimit {
+    /// `{"concurrency": n?, "rate": {"limit": n, "period": "PT1M"}?}`; unknown keys are
+    /// refused, so a misspelt limit is not silently no limit.
+    pub fn parse(v: &Value) -> OjsResult<QueueLimit> {
+        let bad = |m: String| OjsError::new(ErrorCode::InvalidPayload, m);
+        let Value::Object(m) = v else {
+            return Err(bad("a rate limit must be a JSON object".into()));
+        };
+        if let Some(k) = m
+            .keys()
+            .find(|k| !["concurrency", "rate"].contains(&k.as_str()))
+        {
+            return Err(bad(format!(
+                "rate limit field {k:?} is not supported (concurrency, rate)"
+            )));
+        }
+        let count = |v: &Value, what: &str, min: u64| {
+            v.as_u64()
+                .filter(|n| (min..=MAX_LIMIT_COUNT).contains(n))
+                .map(|n| n as u32)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{what} must be an integer from {min} to {MAX_LIMIT_COUNT}"
+                    ))
+                })
+        };
+        let concurrency = match m.get("concurrency") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(count(v, "concurrency", 0)?),
+        };
+        let rate = match m.get("rate") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(r)) => {
+                let limit = count(r.get("limit").unwrap_or(&Value::Null), "rate.limit", 1)?;
+                let period = r
+                    .get("period")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad("rate.period must be an ISO 8601 duration".into()))?;
+                let d = crate::job::duration::parse_duration(period)
+                    .map_err(|e| bad(format!("rate.period: {e}")))?;
+                let period_ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                if !(1..=MAX_LIMIT_PERIOD_MS).contains(&period_ms) {
+                    return Err(bad("rate.period must be from 1 ms to one day".into()));
+                }
+                Some(RateWindow { limit, period_ms })
+            }
+            Some(_) => return Err(bad("rate must be an object {limit, period}".into())),
+        };
+        if concurrency.is_none() && rate.is_none() {
+            return Err(bad("a rate limit needs concurrency, rate or both".into()));
+        }
+        Ok(QueueLimit { concurrency, rate })
+    }
+
+    /// The wire form, with the period as an ISO 8601 duration.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        if let Some(c) = self.concurrency {
+            m.insert("concurrency".into(), Value::from(c));
+        }
+        if let Some(r) = self.rate {
+            let period = std::time::Duration::from_millis(r.period_ms.max(0) as u64);
+            m.insert(
+                "rate".into(),
+                serde_json::json!({"limit": r.limit,
+                    "period": crate::job::duration::format_duration(period)}),
+            );
+        }
+        Value::Object(m)
     }
 }
 

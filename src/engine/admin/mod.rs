@@ -2,6 +2,7 @@
 //! queues.rs) and worker directives. The dead-letter set is in dead.rs.
 
 mod dead;
+mod limits;
 mod mutate;
 mod overview;
 mod queues;
@@ -22,6 +23,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub(in crate::engine) const PAUSED_PREFIX: &str = "paused/";
+pub(in crate::engine) use limits::LIMIT_PREFIX;
 
 impl Engine {
     /// BEAT: a sign of life that also extends the reservations of every job the worker holds
@@ -227,6 +229,7 @@ impl Engine {
             QueueCmd::Pause(n) => self.pause_queues(txn, n, true, actor).map(|_| Answer::Ok),
             QueueCmd::Resume(n) => self.pause_queues(txn, n, false, actor).map(|_| Answer::Ok),
             QueueCmd::Remove(n) => self.queue_remove(txn, n),
+            QueueCmd::Limit { queue, limit } => self.set_queue_limit(txn, &queue, limit),
             QueueCmd::Latency(n) => self.queue_latency(txn, n),
             QueueCmd::List => Ok(self.queue_list()),
             QueueCmd::Stats(name) => self.queue_stats(txn, &name),

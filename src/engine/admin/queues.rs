@@ -87,6 +87,7 @@ impl Engine {
             oldest_available_at: oldest.map(format_ts),
             latency_ms: oldest.map_or(0, |t| (now - t.timestamp_millis()).max(0)),
             workers,
+            rate_limit: q.limit.map(|l| l.to_json()),
         })))
     }
 

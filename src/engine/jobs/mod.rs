@@ -187,7 +187,8 @@ impl Engine {
             if self.index.queue(qid).paused {
                 continue;
             }
-            while claimed.len() < count {
+            // A queue at its rate limit is skipped; its jobs stay available.
+            while claimed.len() < count && self.index.queue_mut(qid).can_start(now_ms) {
                 let Some(id) = self.index.pop_available(qid) else {
                     break;
                 };
@@ -208,6 +209,7 @@ impl Engine {
                     return Err(e);
                 }
                 if !expired {
+                    self.index.queue_mut(qid).started(now_ms);
                     claimed.push(id);
                 }
             }

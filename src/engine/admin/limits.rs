@@ -1,0 +1,87 @@
+//! Queue rate limits (ojs-rate-limiting §7.2, conformance L4-RATE): QUEUE LIMIT sets a
+//! queue's concurrency cap and sliding-window start rate, durably (a meta record per
+//! limited queue). FETCH skips a queue that is at its limit, so its jobs stay `available`
+//! (`on_limit: wait`) and the next queue named is tried; waiting FETCHes are served again
+//! when a job of a limited queue leaves `active` or the window moves on.
+
+use crate::engine::api::Answer;
+use crate::engine::txn::Txn;
+use crate::engine::Engine;
+use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::protocol::admin::QueueLimit;
+use crate::store::Space;
+use serde_json::json;
+
+pub(in crate::engine) const LIMIT_PREFIX: &str = "ratelimit/";
+
+impl Engine {
+    /// QUEUE LIMIT: set or lift a queue's limit, announced with `queue.rate_limited` (the
+    /// new limit, or null when lifted).
+    pub(in crate::engine) fn set_queue_limit(
+        &mut self,
+        txn: &mut Txn,
+        name: &str,
+        limit: Option<QueueLimit>,
+    ) -> OjsResult<Answer> {
+        if !crate::job::is_valid_queue(name) {
+            return Err(OjsError::new(
+                ErrorCode::InvalidQueue,
+                format!("invalid queue name {name:?}"),
+            ));
+        }
+        let qid = self.index.queue_id(name);
+        let q = self.index.queue_mut(qid);
+        q.limit = limit;
+        q.starts.clear();
+        let key = format!("{LIMIT_PREFIX}{name}");
+        match limit {
+            Some(l) => {
+                let bytes = serde_json::to_vec(&l).unwrap_or_default();
+                txn.batch.put(Space::Meta, key.as_bytes(), bytes);
+            }
+            None => {
+                txn.batch.delete(Space::Meta, key.as_bytes());
+                // Jobs held back by the old limit may go now.
+                self.woke = true;
+            }
+        }
+        let shown = limit.map(|l| l.to_json());
+        tracing::info!(queue = name, limit = %json!(shown), "queue rate limit set");
+        Ok(Answer::Ok)
+    }
+
+    /// Start-up: the limits of the previous run.
+    pub(in crate::engine) fn load_queue_limit(&mut self, name: &str, value: &[u8]) {
+        match serde_json::from_slice::<QueueLimit>(value) {
+            Ok(l) => {
+                let q = self.index.queue_id(name);
+                self.index.queue_mut(q).limit = Some(l);
+            }
+            Err(e) => {
+                tracing::warn!(queue = name, error = %e, "stored rate limit unreadable; ignored")
+            }
+        }
+    }
+
+    /// Drop the starts that have left their windows, so `next_window_free` only names
+    /// times still ahead.
+    pub(in crate::engine) fn prune_windows(&mut self) {
+        let now = self.clock.now().timestamp_millis();
+        for q in self.index.queues.iter_mut().filter(|q| q.limit.is_some()) {
+            q.prune_window(now);
+        }
+    }
+
+    /// The soonest a job held back by a rate window may start (engine ms), when a FETCH is
+    /// waiting for one.
+    pub(in crate::engine) fn next_window_free(&self) -> Option<i64> {
+        if self.waiters.is_empty() {
+            return None;
+        }
+        self.index
+            .queues
+            .iter()
+            .filter_map(|q| q.window_frees_at())
+            .min()
+    }
+}

@@ -1,0 +1,125 @@
+//! Queue rate limits (ojs-rate-limiting §7.2, conformance L4-RATE) over real sockets: a
+//! concurrency cap, a sliding start window, the waiting FETCH served when a slot frees,
+//! other queues unaffected, the limit kept across kill -9, and the HTTP admin route.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn push_to(c: &mut ojs_client::Client, queue: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| push_id(c, &json!({"type": "r.l", "args": [i], "queue": queue})))
+        .collect()
+}
+
+#[test]
+fn concurrency_cap_holds_jobs_until_a_slot_frees() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    call_ok(&mut c, r#"QUEUE LIMIT capped {"concurrency": 2}"#);
+    push_to(&mut c, "capped", 4);
+    push_to(&mut c, "free", 1);
+    let mut w = srv.client();
+    let first = w.fetch_many(&["capped"], 10).expect("FETCH");
+    assert_eq!(first.len(), 2, "the cap lets two start");
+    // At the cap the queue is skipped and the next one named is served.
+    let got = w.fetch(&["capped", "free"]).expect("FETCH").expect("a job");
+    assert_eq!(got["queue"], "free");
+    fetch_none(&mut w, "capped");
+    let stats = call_json(&mut c, "QUEUE STATS capped");
+    assert_eq!(stats["rate_limit"], json!({"concurrency": 2}), "{stats}");
+    assert_eq!(stats["counts"]["available"], 2, "{stats}");
+    // A FETCH waiting on the capped queue gets a job as soon as one finishes.
+    let addr = srv.addr.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w2 = ojs_client::Client::connect(&addr).expect("connect");
+        w2.fetch(&["capped"]).expect("FETCH")
+    });
+    wait_for_blocked_fetches(&mut c, 1);
+    w.ack(&id_of(&first[0]), None).expect("ACK");
+    let handed = waiter.join().unwrap().expect("a job once a slot freed");
+    assert_eq!(handed["queue"], "capped");
+    // Lifting the limit releases the rest.
+    call_ok(&mut c, "QUEUE LIMIT capped OFF");
+    assert_eq!(w.fetch_many(&["capped"], 10).expect("FETCH").len(), 1);
+}
+
+#[test]
+fn the_start_window_slides_with_the_clock_and_survives_kill_9() {
+    let mut srv = Server::start();
+    let mut c = srv.client();
+    call_ok(
+        &mut c,
+        r#"QUEUE LIMIT windowed {"rate": {"limit": 2, "period": "PT60S"}}"#,
+    );
+    push_to(&mut c, "windowed", 5);
+    let mut w = srv.client();
+    assert_eq!(w.fetch_many(&["windowed"], 10).expect("FETCH").len(), 2);
+    fetch_none(&mut w, "windowed");
+    advance(&mut c, 61.0);
+    assert_eq!(w.fetch_many(&["windowed"], 10).expect("FETCH").len(), 2);
+    drop((c, w));
+    srv.kill9();
+    srv.restart();
+    let mut c = srv.client();
+    let stats = call_json(&mut c, "QUEUE STATS windowed");
+    assert_eq!(
+        stats["rate_limit"],
+        json!({"rate": {"limit": 2, "period": "PT1M"}}),
+        "{stats}"
+    );
+    // The window restarts empty after a restart; the limit itself holds: of the four
+    // jobs now waiting, two start.
+    push_to(&mut c, "windowed", 3);
+    let mut w = srv.client();
+    let after: Vec<Value> = w.fetch_many(&["windowed"], 10).expect("FETCH");
+    assert_eq!(after.len(), 2, "{after:?}");
+}
+
+#[test]
+fn bad_limits_are_refused_and_http_sets_and_lifts_them() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    for bad in [
+        r#"QUEUE LIMIT q {}"#,
+        r#"QUEUE LIMIT q {"concurrency": -1}"#,
+        r#"QUEUE LIMIT q {"rate": {"limit": 0, "period": "PT1S"}}"#,
+        r#"QUEUE LIMIT q {"rate": {"limit": 5, "period": "P2D"}}"#,
+        r#"QUEUE LIMIT q {"throttle": {"limit": 1, "period": "PT1S"}}"#,
+        r#"QUEUE LIMIT Bad {"concurrency": 1}"#,
+    ] {
+        match c.call(bad).expect("reply") {
+            ojs_client::Reply::Error { code, .. } => {
+                assert!(code.starts_with("INVALID_"), "{bad}: {code}")
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    let a = &srv.http_addr;
+    let path = "/ojs/v1/admin/queues/hq/rate-limit";
+    let r = common::http::send(
+        a,
+        "PUT",
+        path,
+        r#"{"concurrency": 1, "rate": {"limit": 10, "period": "PT1S"}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rate_limit"]["concurrency"], 1);
+    let r = common::http::send(a, "GET", path, "");
+    assert_eq!(
+        r.json()["rate_limit"]["rate"],
+        json!({"limit": 10, "period": "PT1S"})
+    );
+    let r = common::http::send(a, "GET", "/ojs/v1/queues/hq/stats", "");
+    assert_eq!(r.json()["rate_limit"]["concurrency"], 1, "{}", r.text());
+    let r = common::http::send(a, "PUT", path, r#"{"concurrency": "many"}"#);
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, json!("invalid_payload"))
+    );
+    let r = common::http::send(a, "DELETE", path, "");
+    assert_eq!(r.status, 200);
+    let r = common::http::send(a, "GET", path, "");
+    assert!(r.json()["rate_limit"].is_null(), "{}", r.text());
+}
