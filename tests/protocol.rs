@@ -403,7 +403,7 @@ const BAD_JOBS: &[(&str, &str)] = &[
     (r#"{"type":"a","args":[]} trailing"#, "MALFORMED_COMMAND"),
     (r#"{"type":"a","args":{"x":1}}"#, "INVALID_ARGS"),
     (r#"{"type":"a","args":"x"}"#, "INVALID_ARGS"),
-    (r#"{"type":"a","args":[],"priority":"high"}"#, "INVALID_PAYLOAD"),
+    (r#"{"type":"a","args":[],"priority":"urgent"}"#, "INVALID_PAYLOAD"),
     (r#"{"type":"a","args":[],"priority":1.5}"#, "INVALID_PAYLOAD"),
     (r#"{"type":"a","args":[],"queue":"Default"}"#, "INVALID_QUEUE"),
     (r#"{"type":"a","args":[],"queue":7}"#, "INVALID_QUEUE"),

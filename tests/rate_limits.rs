@@ -123,3 +123,70 @@ fn bad_limits_are_refused_and_http_sets_and_lifts_them() {
     let r = common::http::send(a, "GET", path, "");
     assert!(r.json()["rate_limit"].is_null(), "{}", r.text());
 }
+
+#[test]
+fn a_jobs_own_rate_limit_key_is_shared_across_queues() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    let keyed = |q: &str, n: i64| {
+        json!({"type": "k.j", "args": [n], "queue": q,
+            "rate_limit": {"key": "stripe-api", "concurrency": 1}})
+    };
+    let first = push_id(&mut c, &keyed("ka", 1));
+    push_id(&mut c, &keyed("ka", 2));
+    push_id(&mut c, &keyed("kb", 3));
+    let free = push_id(&mut c, &json!({"type": "k.j", "args": [4], "queue": "ka"}));
+    let mut w = srv.client();
+    // One keyed job starts; the second keyed one is passed over for the free job behind it.
+    let got: Vec<String> = w
+        .fetch_many(&["ka"], 10)
+        .expect("FETCH")
+        .iter()
+        .map(id_of)
+        .collect();
+    assert_eq!(got, vec![first.clone(), free]);
+    // The key is shared with the other queue.
+    fetch_none(&mut w, "kb");
+    assert_eq!(state_of(&mut c, &first), "active");
+    // Its slot frees on FAIL too (a retry later); then the next keyed job goes, in order.
+    w.fail(&first, "boom", "x", &[]).expect("FAIL");
+    let next = fetch_one(&mut w, "ka");
+    assert_eq!(next["args"], json!([2]));
+    // Bad policies are refused at PUSH.
+    let bad = json!({"type": "k.j", "args": [], "rate_limit": {"concurrency": 1}});
+    assert!(c.push(&bad).is_err());
+}
+
+#[test]
+fn throttle_spaces_starts_and_http_takes_options_rate_limit() {
+    let srv = Server::start();
+    let a = &srv.http_addr;
+    let opts = json!({"queue": "th", "rate_limit": {"key": "slow", "throttle": {"limit": 1, "period": "PT10S"}}});
+    for n in 0..2 {
+        let r = common::http::send(
+            a,
+            "POST",
+            "/ojs/v1/jobs",
+            &json!({"type": "t.h", "args": [n], "options": opts}).to_string(),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.json()["job"]["rate_limit"]["key"], "slow");
+    }
+    let mut c = srv.client();
+    let mut w = srv.client();
+    fetch_one(&mut w, "th");
+    fetch_none(&mut w, "th");
+    advance(&mut c, 11.0);
+    let second = fetch_one(&mut w, "th");
+    assert_eq!(second["args"], json!([1]));
+    let r = common::http::send(
+        a,
+        "POST",
+        "/ojs/v1/jobs",
+        &json!({"type": "t.h", "args": [], "options": {"rate_limit": {"key": "x", "on_limit": "drop"}}}).to_string(),
+    );
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, json!("invalid_payload"))
+    );
+}

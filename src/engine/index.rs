@@ -162,8 +162,34 @@ pub struct Index {
     pub jobs_noted: usize,
     /// Encoded bytes of every job not yet terminal (`--max-queued-bytes`).
     pub queued_bytes: u64,
-    /// A job left `active` in a queue with a rate limit: waiting FETCHes may be served.
+    /// A job left `active` in a queue with a rate limit, or holding a `rate_limit` key:
+    /// waiting FETCHes may be served.
     pub limit_freed: bool,
+    /// Active jobs that hold a `rate_limit` key, and each key's counters.
+    pub keyed_active: HashMap<Uuid, std::sync::Arc<str>>,
+    pub keys: HashMap<std::sync::Arc<str>, KeyState>,
+}
+
+/// The shared counters of one `rate_limit` key (ojs-rate-limiting §6).
+#[derive(Debug, Default)]
+pub struct KeyState {
+    pub active: u32,
+    /// Start times inside the last seen `rate` window, oldest first.
+    pub starts: std::collections::VecDeque<i64>,
+    pub window: Option<crate::job::rate_limit::RateWindow>,
+    /// `throttle`: no start before this time (engine ms).
+    pub next_start: i64,
+}
+
+impl KeyState {
+    fn prune(&mut self, now: i64) {
+        if let Some(w) = self.window {
+            let from = now.saturating_sub(w.period_ms);
+            while self.starts.front().is_some_and(|t| *t <= from) {
+                self.starts.pop_front();
+            }
+        }
+    }
 }
 
 impl Index {
@@ -271,6 +297,9 @@ impl Index {
         if from == State::Active && queue.limit.is_some() {
             self.limit_freed = true;
         }
+        if from == State::Active && to != State::Active {
+            self.key_released(id);
+        }
         self.compact(q);
     }
 
@@ -305,6 +334,9 @@ impl Index {
         q.counts[state_slot(e.state)] -= 1;
         if e.state == State::Active && q.limit.is_some() {
             self.limit_freed = true;
+        }
+        if e.state == State::Active {
+            self.key_released(id);
         }
         Some(e)
     }
@@ -355,6 +387,89 @@ impl Index {
             }
         }
         None
+    }
+
+    /// Put back an available job that a FETCH popped but did not take (its rate limit was
+    /// reached), in its old place.
+    pub fn unpop(&mut self, q: QueueId, id: Uuid) {
+        if let Some(e) = self.jobs.get(&id).filter(|e| e.state == State::Available) {
+            let item = HeapItem {
+                priority: e.priority,
+                seq: Reverse(e.seq),
+                id,
+            };
+            self.queues[q as usize].heap.push(item);
+        }
+    }
+
+    /// Whether the job's `rate_limit` lets it start at `now` (engine ms).
+    pub fn key_can_start(&mut self, p: &crate::job::rate_limit::RateLimitPolicy, now: i64) -> bool {
+        let Some(ks) = self.keys.get_mut(p.key.as_str()) else {
+            return p.concurrency != Some(0);
+        };
+        if let Some(w) = p.rate {
+            ks.window = Some(w);
+            ks.prune(now);
+        }
+        let busy = p.concurrency.is_some_and(|c| ks.active >= c);
+        let window_full = p.rate.is_some_and(|w| ks.starts.len() >= w.limit as usize);
+        let too_soon = p.throttle.is_some() && now < ks.next_start;
+        !busy && !window_full && !too_soon
+    }
+
+    /// A job with `rate_limit` started at `now`.
+    pub fn key_started(&mut self, id: Uuid, p: &crate::job::rate_limit::RateLimitPolicy, now: i64) {
+        let key: std::sync::Arc<str> = match self.keys.get_key_value(p.key.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => std::sync::Arc::from(p.key.as_str()),
+        };
+        let ks = self.keys.entry(key.clone()).or_default();
+        ks.active = ks.active.saturating_add(1);
+        if let Some(w) = p.rate {
+            ks.window = Some(w);
+            ks.starts.push_back(now);
+            while ks.starts.len() > w.limit as usize {
+                ks.starts.pop_front();
+            }
+        }
+        if let Some(gap) = p.spacing_ms() {
+            ks.next_start = now.saturating_add(gap);
+        }
+        self.keyed_active.insert(id, key);
+    }
+
+    /// A job left `active`: its key's slot is free again.
+    fn key_released(&mut self, id: Uuid) {
+        if let Some(key) = self.keyed_active.remove(&id) {
+            if let Some(ks) = self.keys.get_mut(&key) {
+                ks.active = ks.active.saturating_sub(1);
+            }
+            self.limit_freed = true;
+        }
+    }
+
+    /// Forget the key starts that left their windows, and the keys with nothing left.
+    pub fn prune_keys(&mut self, now: i64) {
+        self.keys.retain(|_, ks| {
+            ks.prune(now);
+            ks.active > 0 || !ks.starts.is_empty() || ks.next_start > now
+        });
+    }
+
+    /// The soonest a key's window or spacing lets a start again, after `now`.
+    pub fn key_frees_at(&self, now: i64) -> Option<i64> {
+        self.keys
+            .values()
+            .flat_map(|ks| {
+                let window = ks
+                    .window
+                    .filter(|w| ks.starts.len() >= w.limit as usize)
+                    .and_then(|w| ks.starts.front().map(|t| t.saturating_add(w.period_ms)));
+                [window, Some(ks.next_start)]
+            })
+            .flatten()
+            .filter(|t| *t > now)
+            .min()
     }
 
     /// Drop stale heap items once they outnumber live ones, so cancel-heavy loads stay bounded.

@@ -5,6 +5,7 @@
 
 pub mod duration;
 pub mod parts;
+pub mod rate_limit;
 pub mod retry;
 pub mod unique;
 pub mod validate;

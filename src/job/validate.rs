@@ -224,6 +224,10 @@ pub fn parse_new_job(
     }
     let schema = take(m, "schema", InvalidPayload, "a string", string)?;
     let pending = take(m, "pending", InvalidPayload, "a boolean", |v| v.as_bool())?;
+    // ojs-rate-limiting §6: checked here, kept among the extension attributes.
+    if let Some(rl) = m.get("rate_limit").filter(|v| !v.is_null()) {
+        super::rate_limit::RateLimitPolicy::parse(rl)?;
+    }
 
     for key in SYSTEM_ATTRIBUTES {
         m.shift_remove(key);
@@ -320,6 +324,8 @@ mod tests {
             ("meta", Some(InvalidMetadata), vec![json!([]), json!({"k": "x".repeat(meta_max)})]),
             ("priority", ok, vec![json!(-100), json!(i64::MIN), json!(i64::MAX)]),
             ("priority", ok, vec![json!("HIGH"), json!("normal"), json!("Low")]),
+            ("rate_limit", ok, vec![json!({"key": "k", "concurrency": 1})]),
+            ("rate_limit", pay, vec![json!({"concurrency": 1}), json!("k"), json!({"key": "k", "on_limit": "drop"})]),
             ("priority", pay, vec![json!(1.5), json!(1.0), json!("10"), json!(u64::MAX), json!("URGENT")]),
             ("timeout", ok, vec![json!(0), json!(60)]),
             ("timeout", pay, vec![json!(-1), json!(1.5), json!("PT1M")]),

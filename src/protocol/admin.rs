@@ -339,17 +339,7 @@ pub struct QueueLimit {
     pub rate: Option<RateWindow>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RateWindow {
-    pub limit: u32,
-    /// The window, ms (ISO 8601 `period` on the wire).
-    pub period_ms: i64,
-}
-
-/// Largest concurrency or window count a queue limit may set.
-pub const MAX_LIMIT_COUNT: u64 = 1_000_000;
-/// Longest rate window: a day.
-pub const MAX_LIMIT_PERIOD_MS: i64 = 86_400_000;
+pub use crate::job::rate_limit::RateWindow;
 
 impl QueueLimit {
     /// `{"concurrency": n?, "rate": {"limit": n, "period": "PT1M"}?}`; unknown keys are
@@ -367,37 +357,14 @@ impl QueueLimit {
                 "rate limit field {k:?} is not supported (concurrency, rate)"
             )));
         }
-        let count = |v: &Value, what: &str, min: u64| {
-            v.as_u64()
-                .filter(|n| (min..=MAX_LIMIT_COUNT).contains(n))
-                .map(|n| n as u32)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "{what} must be an integer from {min} to {MAX_LIMIT_COUNT}"
-                    ))
-                })
-        };
+        use crate::job::rate_limit::count;
         let concurrency = match m.get("concurrency") {
             None | Some(Value::Null) => None,
             Some(v) => Some(count(v, "concurrency", 0)?),
         };
         let rate = match m.get("rate") {
             None | Some(Value::Null) => None,
-            Some(Value::Object(r)) => {
-                let limit = count(r.get("limit").unwrap_or(&Value::Null), "rate.limit", 1)?;
-                let period = r
-                    .get("period")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| bad("rate.period must be an ISO 8601 duration".into()))?;
-                let d = crate::job::duration::parse_duration(period)
-                    .map_err(|e| bad(format!("rate.period: {e}")))?;
-                let period_ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-                if !(1..=MAX_LIMIT_PERIOD_MS).contains(&period_ms) {
-                    return Err(bad("rate.period must be from 1 ms to one day".into()));
-                }
-                Some(RateWindow { limit, period_ms })
-            }
-            Some(_) => return Err(bad("rate must be an object {limit, period}".into())),
+            Some(v) => Some(RateWindow::parse(v, "rate")?),
         };
         if concurrency.is_none() && rate.is_none() {
             return Err(bad("a rate limit needs concurrency, rate or both".into()));
@@ -412,12 +379,7 @@ impl QueueLimit {
             m.insert("concurrency".into(), Value::from(c));
         }
         if let Some(r) = self.rate {
-            let period = std::time::Duration::from_millis(r.period_ms.max(0) as u64);
-            m.insert(
-                "rate".into(),
-                serde_json::json!({"limit": r.limit,
-                    "period": crate::job::duration::format_duration(period)}),
-            );
+            m.insert("rate".into(), r.to_json());
         }
         Value::Object(m)
     }

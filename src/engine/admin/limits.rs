@@ -1,8 +1,9 @@
-//! Queue rate limits (ojs-rate-limiting §7.2, conformance L4-RATE): QUEUE LIMIT sets a
-//! queue's concurrency cap and sliding-window start rate, durably (a meta record per
-//! limited queue). FETCH skips a queue that is at its limit, so its jobs stay `available`
-//! (`on_limit: wait`) and the next queue named is tried; waiting FETCHes are served again
-//! when a job of a limited queue leaves `active` or the window moves on.
+//! Rate limits (ojs-rate-limiting): QUEUE LIMIT sets a queue's concurrency cap and
+//! sliding-window start rate, durably (a meta record per limited queue, §7.2); a job's own
+//! `rate_limit` policy shares counters with every job of its `key` (§6, kept in the index,
+//! see `Index::key_can_start`). FETCH skips a queue or a job at its limit, so the jobs stay
+//! `available` (`on_limit: wait`); waiting FETCHes are served again when a limited job
+//! leaves `active` or a window or spacing moves on.
 
 use crate::engine::api::Answer;
 use crate::engine::txn::Txn;
@@ -70,6 +71,7 @@ impl Engine {
         for q in self.index.queues.iter_mut().filter(|q| q.limit.is_some()) {
             q.prune_window(now);
         }
+        self.index.prune_keys(now);
     }
 
     /// The soonest a job held back by a rate window may start (engine ms), when a FETCH is
@@ -78,10 +80,8 @@ impl Engine {
         if self.waiters.is_empty() {
             return None;
         }
-        self.index
-            .queues
-            .iter()
-            .filter_map(|q| q.window_frees_at())
-            .min()
+        let now = self.clock.now().timestamp_millis();
+        let queues = self.index.queues.iter().filter_map(|q| q.window_frees_at());
+        queues.chain(self.index.key_frees_at(now)).min()
     }
 }

@@ -1,6 +1,7 @@
 //! Job lifecycle operations (ojs-core §6, §7): every state change goes through here, and
 //! each one checks the transition table before touching anything.
 
+mod timers;
 pub(in crate::engine) mod unique;
 
 use crate::engine::events::job_data;
@@ -19,8 +20,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// Timers fired per loop turn, so a restart after a long outage cannot build one giant batch.
-const MAX_TIMERS_PER_TURN: usize = 10_000;
+/// Jobs one FETCH passes over per queue because their `rate_limit` key is at its limit.
+const MAX_RATE_SKIPS: usize = 64;
 
 pub(crate) fn parse_id(id: &str) -> OjsResult<Uuid> {
     Uuid::parse_str(id).map_err(|_| not_found(id))
@@ -187,8 +188,14 @@ impl Engine {
             if self.index.queue(qid).paused {
                 continue;
             }
-            // A queue at its rate limit is skipped; its jobs stay available.
+            // A queue at its rate limit is skipped; its jobs stay available. So is a job
+            // whose own `rate_limit` key is at its limit: the next one is tried, up to
+            // MAX_RATE_SKIPS of them, and the skipped go back in their places.
+            let mut held_back = Vec::new();
             while claimed.len() < count && self.index.queue_mut(qid).can_start(now_ms) {
+                if held_back.len() >= MAX_RATE_SKIPS {
+                    break;
+                }
                 let Some(id) = self.index.pop_available(qid) else {
                     break;
                 };
@@ -199,19 +206,29 @@ impl Engine {
                     .and_then(|e| e.expires)
                     .is_some_and(|at| at <= now_ms);
                 let res = if expired {
-                    self.expire(txn, id)
+                    self.expire(txn, id).map(|_| false)
                 } else {
                     self.claim(txn, id, wid)
                 };
-                if let Err(e) = res {
-                    // Put it back so the failed read does not lose the job.
-                    self.index.set_state(id, State::Available, None);
-                    return Err(e);
+                match res {
+                    Err(e) => {
+                        // Put it back so the failed read does not lose the job.
+                        self.index.set_state(id, State::Available, None);
+                        for h in held_back {
+                            self.index.unpop(qid, h);
+                        }
+                        return Err(e);
+                    }
+                    Ok(true) => {
+                        self.index.queue_mut(qid).started(now_ms);
+                        claimed.push(id);
+                    }
+                    Ok(false) if expired => {}
+                    Ok(false) => held_back.push(id),
                 }
-                if !expired {
-                    self.index.queue_mut(qid).started(now_ms);
-                    claimed.push(id);
-                }
+            }
+            for h in held_back {
+                self.index.unpop(qid, h);
             }
             if claimed.len() >= count {
                 break;
@@ -220,8 +237,18 @@ impl Engine {
         Ok(claimed)
     }
 
-    fn claim(&mut self, txn: &mut Txn, id: Uuid, wid: Option<&Arc<str>>) -> OjsResult<()> {
+    /// Claim an available job for a FETCH; `false` when its `rate_limit` key is at its
+    /// limit (the job is left as it was).
+    fn claim(&mut self, txn: &mut Txn, id: Uuid, wid: Option<&Arc<str>>) -> OjsResult<bool> {
         let now = self.now;
+        let now_ms = self.now_ms();
+        let job = txn.job_mut(self.store.as_ref(), id)?;
+        let limit = crate::job::rate_limit::RateLimitPolicy::of(job);
+        if let Some(p) = &limit {
+            if !self.index.key_can_start(p, now_ms) {
+                return Ok(false);
+            }
+        }
         let job = txn.job_mut(self.store.as_ref(), id)?;
         job.state = State::Active;
         job.attempt = job.attempt.saturating_add(1);
@@ -253,8 +280,11 @@ impl Engine {
         if let Some(w) = wid {
             self.workers.hold(w, id);
         }
+        if let Some(p) = &limit {
+            self.index.key_started(id, p, now_ms);
+        }
         self.started(txn, id);
-        Ok(())
+        Ok(true)
     }
 
     /// The active job a worker reports on, after checking state and reservation owner.
@@ -663,122 +693,6 @@ impl Engine {
 
     pub(in crate::engine) fn job_info(&self, id: &str) -> OjsResult<Uuid> {
         self.lookup(id).map(|(uid, _)| uid)
-    }
-
-    /// Put back jobs whose FETCH reply never reached a client. The worker never saw them,
-    /// so no attempt is spent: they return to `available` even with no attempt left (the
-    /// attempt counter itself only moves forward).
-    pub(in crate::engine) fn unclaim_undelivered(&mut self, txn: &mut Txn) {
-        for uid in std::mem::take(&mut self.undelivered) {
-            if self.index.jobs.get(&uid).map(|e| e.state) != Some(State::Active) {
-                continue;
-            }
-            self.release(uid);
-            let now = self.now;
-            let Ok(job) = txn.job_mut(self.store.as_ref(), uid) else {
-                continue;
-            };
-            job.state = State::Available;
-            job.started_at = None;
-            job.worker_id = None;
-            job.enqueued_at = Some(now);
-            let data = job_data(job);
-            let extra = json!({"attempt": job.attempt, "error": {"code": "undelivered",
-                "message": "the fetching connection closed before the job was handed over", "retryable": true}});
-            self.index.set_state(uid, State::Available, None);
-            self.woke = true;
-            self.emit_with(txn, "job.failed", Component::Scheduler, data, extra);
-        }
-    }
-
-    /// A reservation that ended without ACK or FAIL.
-    pub(in crate::engine) fn lost(
-        &mut self,
-        txn: &mut Txn,
-        uid: Uuid,
-        etype: &str,
-        message: String,
-    ) -> OjsResult<()> {
-        self.release(uid);
-        let error = json!({"type": etype, "message": message});
-        self.failed_attempt(txn, uid, error, Ended::Lost, Component::Scheduler)
-    }
-
-    pub(in crate::engine) fn run_timers(&mut self, txn: &mut Txn) {
-        let now_ms = self.now_ms();
-        let mut due = self.index.take_due(now_ms);
-        if due.len() > MAX_TIMERS_PER_TURN {
-            // Put back what this turn will not handle; the loop comes round again at once.
-            for t in due.split_off(MAX_TIMERS_PER_TURN) {
-                self.index.rearm(t);
-            }
-        }
-        for (at, uid, kind) in due {
-            let Some(e) = self.index.jobs.get(&uid) else {
-                continue;
-            };
-            let state = e.state;
-            let current =
-                e.timer == Some((at, kind)) || (kind == TimerKind::Expire && e.expires == Some(at));
-            if !current {
-                continue;
-            }
-            let res = match kind {
-                TimerKind::Promote if matches!(state, State::Scheduled | State::Retryable) => self
-                    .make_available(
-                        txn,
-                        uid,
-                        (state == State::Scheduled).then_some(Component::Scheduler),
-                    ),
-                TimerKind::Visibility if state == State::Active => {
-                    let secs = e.timeout_ms / 1000;
-                    self.lost(
-                        txn,
-                        uid,
-                        "timeout",
-                        format!("no ACK or FAIL within the {secs}s visibility timeout"),
-                    )
-                }
-                TimerKind::Expire if !state.is_terminal() && state != State::Active => {
-                    self.expire(txn, uid)
-                }
-                TimerKind::Prune if state.is_terminal() => {
-                    self.delete_job(txn, uid);
-                    Ok(())
-                }
-                _ => Ok(()),
-            };
-            if let Err(e) = res {
-                tracing::error!(job = %uid, error = %e, "timer could not be applied");
-            }
-        }
-    }
-
-    /// Jobs of workers that stopped talking go back to the queue (ojs-worker-protocol §10).
-    pub(in crate::engine) fn sweep_workers(&mut self, txn: &mut Txn) {
-        let cutoff = self
-            .now_ms()
-            .saturating_sub(crate::time::ms(self.cfg.heartbeat_timeout));
-        for (wid, held, connected) in self.workers.reap(cutoff) {
-            if connected {
-                let data = json!({"worker_id": &*wid, "reason": "error"});
-                self.worker_stopped(txn, &wid, data);
-            }
-            tracing::warn!(worker = %wid, jobs = held.len(), "worker missed its heartbeats; requeueing its jobs");
-            for uid in held {
-                let active = self
-                    .index
-                    .jobs
-                    .get(&uid)
-                    .is_some_and(|e| e.state == State::Active);
-                if active {
-                    let msg = format!("worker {wid} stopped sending heartbeats");
-                    if let Err(e) = self.lost(txn, uid, "worker_death", msg) {
-                        tracing::error!(job = %uid, error = %e, "could not requeue");
-                    }
-                }
-            }
-        }
     }
 }
 
