@@ -646,3 +646,42 @@ fn a_short_wait_behind_a_long_one_still_ends_on_time() {
     let (_, body) = long.join().unwrap();
     assert_eq!(body["jobs"][0]["id"], id.as_str());
 }
+
+/// An SDK's `schedule`: `options.delay_until` holds the job until then; `expires_at` that
+/// passes first discards it unrun.
+#[test]
+fn delay_until_schedules_and_expires_at_discards() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let mut c = srv.client();
+    let now = chrono::Utc::now();
+    let at = |secs: i64| (now + chrono::Duration::seconds(secs)).to_rfc3339();
+    let later = push(
+        &a,
+        json!({"type": "d.u", "args": [], "options": {"queue": "du", "delay_until": at(60)}}),
+    );
+    assert_eq!(later["state"], "scheduled", "{later}");
+    let stale = push(
+        &a,
+        json!({"type": "d.u", "args": [], "options": {"queue": "du",
+            "delay_until": at(60), "expires_at": at(30)}}),
+    );
+    let fetch = || {
+        let (_, got) = post(
+            &a,
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["du"], "count": 5, "wait_ms": 0}),
+        );
+        got["jobs"].as_array().unwrap().clone()
+    };
+    assert!(fetch().is_empty());
+    advance(&mut c, 61.0);
+    let got = fetch();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["id"], later["id"]);
+    let (_, job) = (
+        0,
+        get(&a, &format!("/ojs/v1/jobs/{}", id_of(&stale))).json(),
+    );
+    assert_eq!(job["job"]["state"], "discarded", "{job}");
+}
