@@ -679,9 +679,6 @@ fn delay_until_schedules_and_expires_at_discards() {
     let got = fetch();
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["id"], later["id"]);
-    let (_, job) = (
-        0,
-        get(&a, &format!("/ojs/v1/jobs/{}", id_of(&stale))).json(),
-    );
+    let job = get(&a, &format!("/ojs/v1/jobs/{}", id_of(&stale))).json();
     assert_eq!(job["job"]["state"], "discarded", "{job}");
 }
