@@ -114,7 +114,10 @@ fn bad_input_gets_faktory_errors_and_the_connection_stays() {
         "{e}"
     );
     let e = c.call(r#"PUSH {"jid":"short","jobtype":"x"}"#);
-    assert!(e.ends_with("jid must be at least 8 characters"), "{e}");
+    assert!(
+        e.ends_with("jobs must have a reasonable jid parameter"),
+        "{e}"
+    );
     let e = c.call("BATCH NEW {}");
     assert!(
         e.ends_with("BATCH is only available in Faktory Enterprise"),

@@ -51,11 +51,9 @@ pub fn ojs_id(jid: &str) -> String {
 /// The jid of a job (also used to report PUSHB's rejections).
 pub fn jid_of(f: &Map<String, Value>) -> OjsResult<String> {
     match f.get("jid") {
+        // Faktory's own words (manager.go), which clients compare.
         Some(Value::String(s)) if s.chars().count() >= MIN_JID_CHARS => Ok(s.clone()),
-        Some(Value::String(s)) if s.is_empty() => Err(err("jobs must have a reliable jid")),
-        Some(Value::String(_)) => Err(err("jid must be at least 8 characters")),
-        None | Some(Value::Null) => Err(err("jobs must have a reliable jid")),
-        Some(_) => Err(err("jid must be a string")),
+        Some(_) | None => Err(err("jobs must have a reasonable jid parameter")),
     }
 }
 
@@ -96,7 +94,7 @@ pub fn to_ojs_job(mut f: Map<String, Value>) -> OjsResult<Value> {
         Some(v) => match v.as_u64() {
             Some(0) => DEFAULT_RESERVE_FOR,
             Some(n) if n <= MAX_RESERVE_FOR => n.max(MIN_RESERVE_FOR),
-            Some(_) => return Err(err("Jobs cannot be reserved for more than one day")),
+            Some(_) => return Err(err("jobs cannot be reserved for more than one day")),
             None => return Err(err("reserve_for must be a non-negative integer")),
         },
     };

@@ -360,7 +360,8 @@ fn info_document(info: &Info) -> Value {
     let dead = info.totals.dead;
     json!({
         "now": info.server.now,
-        "server_utc_time": info.server.now.get(11..19).unwrap_or(""),
+        // Faktory writes "%H:%M:%S UTC" (faktory-rs parses exactly that).
+        "server_utc_time": format!("{} UTC", info.server.now.get(11..19).unwrap_or("00:00:00")),
         "faktory": {
             "total_failures": info.totals.failed,
             "total_processed": info.totals.completed.saturating_add(info.totals.failed),

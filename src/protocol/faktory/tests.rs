@@ -47,11 +47,11 @@ fn bad_pushes_get_faktory_errors() {
     );
     assert_eq!(
         msg(r#"PUSH {"jobtype":"x"}"#),
-        "jobs must have a reliable jid"
+        "jobs must have a reasonable jid parameter"
     );
     assert_eq!(
         msg(r#"PUSH {"jid":"short","jobtype":"x"}"#),
-        "jid must be at least 8 characters"
+        "jobs must have a reasonable jid parameter"
     );
     assert!(msg("PUSH nope").starts_with("Invalid JSON"));
     assert_eq!(
@@ -65,7 +65,7 @@ fn bad_pushes_get_faktory_errors() {
     );
     assert_eq!(
         msg(r#"PUSH {"jid":"abcdefgh12","jobtype":"x","args":[],"reserve_for":86401}"#),
-        "Jobs cannot be reserved for more than one day"
+        "jobs cannot be reserved for more than one day"
     );
     assert_eq!(
         msg(r#"MUTATE {"cmd":"explode","target":"dead"}"#),
