@@ -433,7 +433,10 @@ where
         stream,
         LineCodec::new(cfg.max_line.min(HELLO_MAX_LINE)).with_bare_errors(faktory),
     );
+    // Biased: the handshake is polled first, so even a connection that is evicted at once
+    // has its greeting queued before the notice (clients expect `+HI` first).
     let shaken = tokio::select! {
+        biased;
         r = tokio::time::timeout_at(deadline, handshake(&mut framed, peer.ip(), shared)) => r,
         _ = ticket.evicted() => {
             let notice = err(
