@@ -9,6 +9,7 @@ root="$(cd "$here/../.." && pwd)"
 cd "$root"
 
 PY_FAKTORY_VERSION=1.0.0 # keep in step with README.md; npm's pin is in package.json
+PYFAKTORY_VERSION=0.2.13
 
 bin="${OJSD_BIN:-target/debug/ojsd}"
 case "$bin" in /*) ;; *) bin="$root/$bin" ;; esac
@@ -29,6 +30,10 @@ if ! "$venv/bin/python" -c "import faktory, sys; sys.exit(faktory.__version__ !=
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "faktory==$PY_FAKTORY_VERSION"
 fi
+# PyPI pyfaktory, in the same venv
+if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('pyfaktory') != '$PYFAKTORY_VERSION')" 2>/dev/null; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "pyfaktory==$PYFAKTORY_VERSION"
+fi
 
 status=0
 tap="$(mktemp)"
@@ -46,9 +51,14 @@ echo "== python: faktory $PY_FAKTORY_VERSION"
 py_pass="$(sed -n 's/^python: \([0-9]*\) passed, [0-9]* failed$/\1/p' "$pylog")"
 py_fail="$(sed -n 's/^python: [0-9]* passed, \([0-9]*\) failed$/\1/p' "$pylog")"
 
-if [ -z "$node_pass" ] || [ -z "$py_pass" ]; then
+echo "== python: pyfaktory $PYFAKTORY_VERSION"
+(cd "$here" && "$venv/bin/python" test_pyfaktory.py) 2>&1 | tee "$pylog" || status=1
+pyf_pass="$(sed -n 's/^pyfaktory: \([0-9]*\) passed, [0-9]* failed$/\1/p' "$pylog")"
+pyf_fail="$(sed -n 's/^pyfaktory: [0-9]* passed, \([0-9]*\) failed$/\1/p' "$pylog")"
+
+if [ -z "$node_pass" ] || [ -z "$py_pass" ] || [ -z "$pyf_pass" ]; then
   echo "faktory_clients: a suite did not report its counts"
   status=1
 fi
-echo "faktory_clients: $(( ${node_pass:-0} + ${py_pass:-0} )) passed, $(( ${node_fail:-0} + ${py_fail:-0} )) failed"
+echo "faktory_clients: $(( ${node_pass:-0} + ${py_pass:-0} + ${pyf_pass:-0} )) passed, $(( ${node_fail:-0} + ${py_fail:-0} + ${pyf_fail:-0} )) failed"
 exit "$status"
