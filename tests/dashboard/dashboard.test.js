@@ -93,6 +93,9 @@ after(async () => {
 });
 
 async function open(hash) {
+  // Through a blank page: a goto that only changes the hash keeps the previous page's
+  // `main section` in place, and the wait below would pass before the new page rendered.
+  await page.goto("about:blank");
   await page.goto(`http://${srv.http}/${hash}`);
   await page.waitForSelector("main section");
 }
