@@ -300,3 +300,24 @@ fn mutate_by_glob_and_jobtype_flush_and_queue_remove() {
     assert_eq!(info["faktory"]["tasks"]["Scheduled"]["size"], 0, "{info}");
     assert_eq!(info["faktory"]["total_processed"], 0, "{info}");
 }
+
+#[test]
+fn a_worker_told_to_go_quiet_while_it_waits_gets_no_job() {
+    let s = Server::start_with(&["--faktory-listen", "127.0.0.1:0", "--fetch-wait-ms", "5000"]);
+    let addr = s.faktory_addr.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut c = Conn::open(&addr, Some("w-quiet"));
+        c.call("FETCH qq")
+    });
+    let mut o = s.client();
+    common::wait_for_blocked_fetches(&mut o, 1);
+    o.call("WORKER QUIET w-quiet").unwrap();
+    let mut p = Conn::open(&s.faktory_addr, None);
+    assert_eq!(
+        p.call(r#"PUSH {"jid":"quiet-wait-1","jobtype":"Q","args":[],"queue":"qq"}"#),
+        "+OK"
+    );
+    assert_eq!(waiter.join().unwrap(), "$-1");
+    let id = ojsd::protocol::faktory::ojs_id("quiet-wait-1");
+    assert_eq!(common::state_of(&mut o, &id), "available");
+}

@@ -677,7 +677,12 @@ impl Engine {
                 if w.reply.is_closed() {
                     continue;
                 }
-                if self.any_available(&w.queues) {
+                // A worker told to go quiet while it waited gets nothing (null at its deadline).
+                let quiet = w
+                    .wid
+                    .as_deref()
+                    .is_some_and(|x| self.workers.directive(x).is_some());
+                if !quiet && self.any_available(&w.queues) {
                     match self.fetch(txn, w.wid.as_ref(), &w.queues, w.count.unwrap_or(1)) {
                         Ok(ids) if !ids.is_empty() => {
                             txn.reply(w.reply, fetch_out(ids, w.count));
