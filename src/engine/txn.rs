@@ -36,6 +36,9 @@ struct Touched {
     /// Whether the job record must be written (a new job, or one stored in an older
     /// format); otherwise only the state record is.
     record: bool,
+    /// Whether the batch may have changed the job (`job_mut`, `insert_job`); a job only
+    /// looked at (`job_peek`) is not written.
+    changed: bool,
 }
 
 #[derive(Default)]
@@ -151,16 +154,10 @@ impl Txn {
         }
     }
 
-    /// The job body for modification, loaded into this batch on first touch.
-    pub fn job_mut(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&mut Job> {
+    /// The job's entry in this batch, loaded (from the cache or the store) on first use.
+    fn slot(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&mut Touched> {
         let slot = match self.jobs.entry(id) {
-            std::collections::hash_map::Entry::Occupied(o) => {
-                let slot = o.into_mut();
-                if let Some(t) = slot {
-                    t.body = None; // the caller may change the job
-                }
-                slot
-            }
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 let touched = match self.cache.take(id) {
                     Some((job, parts)) => Touched {
@@ -168,6 +165,7 @@ impl Txn {
                         parts: Some(parts),
                         body: None,
                         record: false,
+                        changed: false,
                     },
                     None => {
                         let loaded = load_job(store, id)?.ok_or_else(|| {
@@ -178,6 +176,7 @@ impl Txn {
                             parts: Some(loaded.parts),
                             body: None,
                             record: loaded.rewrite,
+                            changed: false,
                         }
                     }
                 };
@@ -185,8 +184,22 @@ impl Txn {
             }
         };
         slot.as_mut()
-            .map(|t| &mut t.job)
             .ok_or_else(|| OjsError::new(ErrorCode::NotFound, format!("job {id} was deleted")))
+    }
+
+    /// The job body for modification, loaded into this batch on first touch.
+    pub fn job_mut(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&mut Job> {
+        let t = self.slot(store, id)?;
+        t.body = None; // the caller may change the job
+        t.changed = true;
+        Ok(&mut t.job)
+    }
+
+    /// The job to look at, loaded into this batch like `job_mut` (so a `job_mut` that
+    /// follows reads nothing again) but written at the end of the batch only if something
+    /// changes it meanwhile.
+    pub fn job_peek(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&Job> {
+        Ok(&self.slot(store, id)?.job)
     }
 
     /// A read-only view: this batch's copy if it has one, else the cache's or the store's.
@@ -212,6 +225,7 @@ impl Txn {
             parts,
             body: None,
             record: true,
+            changed: true,
         };
         self.jobs.insert(id, Some(touched));
     }
@@ -266,6 +280,7 @@ impl Txn {
                     parts,
                     body,
                     record,
+                    changed,
                 }) => {
                     let parts = parts.unwrap_or_else(|| Parts::of(&job));
                     debug_assert!(
@@ -273,7 +288,9 @@ impl Txn {
                         "job {id}: a client-supplied attribute changed after PUSH; only the \
                          state record would have been written"
                     );
-                    super::stored::put(&mut self.batch, id, seq_of(id), &job, &parts, record);
+                    if changed {
+                        super::stored::put(&mut self.batch, id, seq_of(id), &job, &parts, record);
+                    }
                     if shown.contains(&id) {
                         let body = body.unwrap_or_else(|| {
                             let mut v = Vec::with_capacity(1024);
@@ -375,6 +392,30 @@ mod tests {
             let stored = load_body(&store, id).unwrap().unwrap();
             assert_eq!(stored, written[&id]);
         }
+    }
+
+    #[test]
+    fn a_job_only_peeked_at_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = crate::store::FjallStore::open(dir.path(), 1 << 20).unwrap();
+        let (a, ja, pa) = job(1);
+        let mut txn = Txn::default();
+        txn.insert_job(a, ja, Some(pa));
+        txn.seal(|_| 1);
+        store.commit(std::mem::take(&mut txn.batch)).unwrap();
+        // Peeked from the cache, then from the store: nothing to write either time.
+        for cache in [txn.cache, JobCache::default()] {
+            let mut t = Txn::with_cache(cache);
+            assert_eq!(t.job_peek(&store, a).unwrap().args, vec![serde_json::json!(1)]);
+            t.seal(|_| 1);
+            assert!(t.batch.is_empty());
+        }
+        // A peek then a change: written once.
+        let mut t = Txn::default();
+        t.job_peek(&store, a).unwrap();
+        t.job_mut(&store, a).unwrap().attempt = 1;
+        t.seal(|_| 1);
+        assert_eq!(t.batch.len(), 1, "the state record only");
     }
 
     #[test]

@@ -242,8 +242,9 @@ impl Engine {
     fn claim(&mut self, txn: &mut Txn, id: Uuid, wid: Option<&Arc<str>>) -> OjsResult<bool> {
         let now = self.now;
         let now_ms = self.now_ms();
-        let job = txn.job_mut(self.store.as_ref(), id)?;
-        let limit = crate::job::rate_limit::RateLimitPolicy::of(job);
+        // Looked at, not touched: a job passed over is not written back.
+        let limit =
+            crate::job::rate_limit::RateLimitPolicy::of(txn.job_peek(self.store.as_ref(), id)?);
         if let Some(p) = &limit {
             if !self.index.key_can_start(p, now_ms) {
                 return Ok(false);
