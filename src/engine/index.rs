@@ -1,6 +1,7 @@
 //! The engine's in-memory index of every job: state, queue, ordering key and timers.
 //! Job bodies stay in the store; this is what the engine needs to decide without reading them.
 
+use crate::job::rate_limit::RateWindow;
 use crate::job::State;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -73,7 +74,49 @@ pub struct Queue {
     /// The queue's rate limit (QUEUE LIMIT), and the start times (engine ms) inside its
     /// rate window, oldest first, at most `rate.limit` of them.
     pub limit: Option<crate::protocol::admin::QueueLimit>,
-    pub starts: std::collections::VecDeque<i64>,
+    pub starts: Starts,
+}
+
+/// Start times (engine ms) inside a sliding rate window, oldest first, at most the
+/// window's `limit` of them: shared by queue limits and `rate_limit` keys.
+#[derive(Debug, Default)]
+pub struct Starts(std::collections::VecDeque<i64>);
+
+impl Starts {
+    /// Forget the starts that have left the window ending at `now`.
+    fn prune(&mut self, now: i64, w: RateWindow) {
+        let from = now.saturating_sub(w.period_ms);
+        while self.0.front().is_some_and(|t| *t <= from) {
+            self.0.pop_front();
+        }
+    }
+
+    fn record(&mut self, now: i64, w: RateWindow) {
+        self.0.push_back(now);
+        while self.0.len() > w.limit as usize {
+            self.0.pop_front();
+        }
+    }
+
+    fn full(&self, w: RateWindow) -> bool {
+        self.0.len() >= w.limit as usize
+    }
+
+    /// When a full window lets one more start.
+    fn frees_at(&self, w: RateWindow) -> Option<i64> {
+        if !self.full(w) {
+            return None;
+        }
+        self.0.front().map(|t| t.saturating_add(w.period_ms))
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 fn state_slot(s: State) -> usize {
@@ -92,48 +135,39 @@ impl Queue {
         let Some(limit) = self.limit else {
             return true;
         };
-        let busy = limit
-            .concurrency
-            .is_some_and(|c| self.count(State::Active) >= c as usize);
-        let window_full = limit
-            .rate
-            .is_some_and(|r| self.starts.len() >= r.limit as usize);
-        !busy && !window_full
+        !self.busy() && !limit.rate.is_some_and(|r| self.starts.full(r))
+    }
+
+    /// At the concurrency cap.
+    fn busy(&self) -> bool {
+        self.limit
+            .and_then(|l| l.concurrency)
+            .is_some_and(|c| self.count(State::Active) >= c as usize)
     }
 
     /// Forget the starts that have left the rate window.
     pub fn prune_window(&mut self, now: i64) {
         if let Some(r) = self.limit.and_then(|l| l.rate) {
-            let from = now.saturating_sub(r.period_ms);
-            while self.starts.front().is_some_and(|t| *t <= from) {
-                self.starts.pop_front();
-            }
+            self.starts.prune(now, r);
         }
     }
 
     /// A job of this queue started at `now`: counted in the rate window.
     pub fn started(&mut self, now: i64) {
         if let Some(r) = self.limit.and_then(|l| l.rate) {
-            self.starts.push_back(now);
-            while self.starts.len() > r.limit as usize {
-                self.starts.pop_front();
-            }
+            self.starts.record(now, r);
         }
     }
 
-    /// When a job held back only by the rate window may start (engine ms).
+    /// When a job held back only by the rate window may start (engine ms). Held back by
+    /// the concurrency cap, the window does not matter: a job leaving `active` wakes the
+    /// waiters instead.
     pub fn window_frees_at(&self) -> Option<i64> {
-        let limit = self.limit?;
-        let r = limit.rate?;
-        let busy = limit
-            .concurrency
-            .is_some_and(|c| self.count(State::Active) >= c as usize);
-        // Held back by the concurrency cap, the window does not matter: a job leaving
-        // `active` wakes the waiters instead.
-        if busy || self.count(State::Available) == 0 || self.starts.len() < r.limit as usize {
+        let r = self.limit?.rate?;
+        if self.busy() || self.count(State::Available) == 0 {
             return None;
         }
-        self.starts.front().map(|t| t.saturating_add(r.period_ms))
+        self.starts.frees_at(r)
     }
 
     /// Shown in queue lists: not forgotten, or holding unfinished jobs again.
@@ -174,9 +208,9 @@ pub struct Index {
 #[derive(Debug, Default)]
 pub struct KeyState {
     pub active: u32,
-    /// Start times inside the last seen `rate` window, oldest first.
-    pub starts: std::collections::VecDeque<i64>,
-    pub window: Option<crate::job::rate_limit::RateWindow>,
+    /// Starts inside the last seen `rate` window.
+    pub starts: Starts,
+    pub window: Option<RateWindow>,
     /// `throttle`: no start before this time (engine ms).
     pub next_start: i64,
 }
@@ -184,10 +218,7 @@ pub struct KeyState {
 impl KeyState {
     fn prune(&mut self, now: i64) {
         if let Some(w) = self.window {
-            let from = now.saturating_sub(w.period_ms);
-            while self.starts.front().is_some_and(|t| *t <= from) {
-                self.starts.pop_front();
-            }
+            self.starts.prune(now, w);
         }
     }
 }
@@ -294,10 +325,8 @@ impl Index {
         let queue = &mut self.queues[q];
         queue.counts[state_slot(from)] -= 1;
         queue.counts[state_slot(to)] += 1;
-        if from == State::Active && queue.limit.is_some() {
-            self.limit_freed = true;
-        }
         if from == State::Active && to != State::Active {
+            self.limit_freed |= queue.limit.is_some();
             self.key_released(id);
         }
         self.compact(q);
@@ -332,10 +361,8 @@ impl Index {
         }
         let q = &mut self.queues[e.queue as usize];
         q.counts[state_slot(e.state)] -= 1;
-        if e.state == State::Active && q.limit.is_some() {
-            self.limit_freed = true;
-        }
         if e.state == State::Active {
+            self.limit_freed |= q.limit.is_some();
             self.key_released(id);
         }
         Some(e)
@@ -412,7 +439,7 @@ impl Index {
             ks.prune(now);
         }
         let busy = p.concurrency.is_some_and(|c| ks.active >= c);
-        let window_full = p.rate.is_some_and(|w| ks.starts.len() >= w.limit as usize);
+        let window_full = p.rate.is_some_and(|w| ks.starts.full(w));
         let too_soon = p.throttle.is_some() && now < ks.next_start;
         !busy && !window_full && !too_soon
     }
@@ -427,10 +454,7 @@ impl Index {
         ks.active = ks.active.saturating_add(1);
         if let Some(w) = p.rate {
             ks.window = Some(w);
-            ks.starts.push_back(now);
-            while ks.starts.len() > w.limit as usize {
-                ks.starts.pop_front();
-            }
+            ks.starts.record(now, w);
         }
         if let Some(gap) = p.spacing_ms() {
             ks.next_start = now.saturating_add(gap);
@@ -461,11 +485,10 @@ impl Index {
         self.keys
             .values()
             .flat_map(|ks| {
-                let window = ks
-                    .window
-                    .filter(|w| ks.starts.len() >= w.limit as usize)
-                    .and_then(|w| ks.starts.front().map(|t| t.saturating_add(w.period_ms)));
-                [window, Some(ks.next_start)]
+                [
+                    ks.window.and_then(|w| ks.starts.frees_at(w)),
+                    Some(ks.next_start),
+                ]
             })
             .flatten()
             .filter(|t| *t > now)

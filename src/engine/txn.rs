@@ -406,7 +406,10 @@ mod tests {
         // Peeked from the cache, then from the store: nothing to write either time.
         for cache in [txn.cache, JobCache::default()] {
             let mut t = Txn::with_cache(cache);
-            assert_eq!(t.job_peek(&store, a).unwrap().args, vec![serde_json::json!(1)]);
+            assert_eq!(
+                t.job_peek(&store, a).unwrap().args,
+                vec![serde_json::json!(1)]
+            );
             t.seal(|_| 1);
             assert!(t.batch.is_empty());
         }

@@ -16,8 +16,8 @@ use serde_json::json;
 pub(in crate::engine) const LIMIT_PREFIX: &str = "ratelimit/";
 
 impl Engine {
-    /// QUEUE LIMIT: set or lift a queue's limit, announced with `queue.rate_limited` (the
-    /// new limit, or null when lifted).
+    /// QUEUE LIMIT: set or lift a queue's limit (logged; no event: the event vocabulary has
+    /// none for it).
     pub(in crate::engine) fn set_queue_limit(
         &mut self,
         txn: &mut Txn,
