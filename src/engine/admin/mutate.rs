@@ -4,7 +4,6 @@
 //! and forget it), LATENCY and `*` for every queue.
 
 use crate::engine::api::{self, Answer};
-use crate::engine::index::QueueId;
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
@@ -124,7 +123,8 @@ impl Engine {
     fn kill(&mut self, txn: &mut Txn, uid: Uuid) -> OjsResult<()> {
         let now = self.now;
         let job = txn.job_mut(self.store.as_ref(), uid)?;
-        let error = json!({"type": "killed", "message": "moved to the dead set by an operator"});
+        const WHY: &str = "moved to the dead set by an operator";
+        let error = json!({"type": "killed", "message": WHY});
         job.push_error(error.clone());
         job.error = Some(error);
         job.state = State::Discarded;
@@ -132,12 +132,11 @@ impl Engine {
         job.completed_at = Some(now);
         job.next_retry_at = None;
         let extra = json!({"total_attempts": job.attempt,
-            "last_error": {"code": "killed", "message": "moved to the dead set by an operator"}});
+            "last_error": {"code": "killed", "message": WHY}});
         let data = crate::engine::events::job_data(job);
         self.emit_with(txn, "job.discarded", Component::Api, data, extra);
         let now_ms = self.now_ms();
-        self.index.set_state(uid, State::Discarded, None);
-        self.index.add_dead(now_ms, uid);
+        self.discarded(txn, uid, now_ms);
         self.settled(txn, uid, State::Discarded);
         Ok(())
     }
@@ -242,7 +241,9 @@ impl Engine {
         let mut out = Vec::new();
         for name in self.expand_queues(names)? {
             let oldest = match self.index.find_queue(&name) {
-                Some(qid) => self.oldest_enqueued_ms(txn, qid)?,
+                Some(qid) => self
+                    .oldest_enqueued(txn, qid)?
+                    .map(|t| t.timestamp_millis()),
                 None => None,
             };
             let secs = oldest.map_or(0.0, |t| (now.saturating_sub(t)).max(0) as f64 / 1000.0);
@@ -252,15 +253,5 @@ impl Engine {
             });
         }
         Ok(Answer::Latencies(out))
-    }
-
-    fn oldest_enqueued_ms(&self, txn: &Txn, qid: QueueId) -> OjsResult<Option<i64>> {
-        Ok(match self.index.oldest_available(qid) {
-            Some(id) => txn
-                .job(self.store.as_ref(), id)?
-                .and_then(|j| j.enqueued_at)
-                .map(|t| t.timestamp_millis()),
-            None => None,
-        })
     }
 }

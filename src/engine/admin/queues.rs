@@ -65,12 +65,7 @@ impl Engine {
     pub(in crate::engine) fn queue_stats(&self, txn: &Txn, name: &str) -> OjsResult<Answer> {
         let qid = self.known_queue(name)?;
         let q = self.index.queue(qid);
-        let oldest = match self.index.oldest_available(qid) {
-            Some(id) => txn
-                .job(self.store.as_ref(), id)?
-                .and_then(|j| j.enqueued_at),
-            None => None,
-        };
+        let oldest = self.oldest_enqueued(txn, qid)?;
         let now = self.now_ms();
         let workers = self
             .workers
@@ -89,6 +84,20 @@ impl Engine {
             workers,
             rate_limit: q.limit.map(|l| l.to_json()),
         })))
+    }
+
+    /// When the queue's longest-waiting available job was enqueued (QUEUE STATS, LATENCY).
+    pub(in crate::engine) fn oldest_enqueued(
+        &self,
+        txn: &Txn,
+        qid: QueueId,
+    ) -> OjsResult<Option<DateTime<Utc>>> {
+        Ok(match self.index.oldest_available(qid) {
+            Some(id) => txn
+                .job(self.store.as_ref(), id)?
+                .and_then(|j| j.enqueued_at),
+            None => None,
+        })
     }
 
     /// QUEUE PURGE: delete the queue's jobs in `states` (the parser refuses `active`),

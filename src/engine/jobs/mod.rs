@@ -576,7 +576,7 @@ impl Engine {
 
     /// Bookkeeping for a job that just became `discarded`: the dead-letter set. Its
     /// retention (age and count) is applied at the end of the batch (`prune_dead`).
-    fn discarded(&mut self, _txn: &mut Txn, uid: Uuid, now_ms: i64) {
+    pub(in crate::engine) fn discarded(&mut self, _txn: &mut Txn, uid: Uuid, now_ms: i64) {
         self.index.set_state(uid, State::Discarded, None);
         self.index.add_dead(now_ms, uid);
     }
