@@ -11,10 +11,12 @@
 use super::err;
 use crate::error::OjsResult;
 
-const QUEUE_PREFIX: &str = "fk.";
+/// Names that start with this are always escaped, so an escaped name cannot collide.
+const RESERVED: &str = "fk.";
+const QUEUE_PREFIX: &str = RESERVED;
 const TYPE_PREFIX: &str = "fk.x";
 
-fn escape(out: &mut String, name: &str, keep: impl Fn(u8) -> bool, esc: char) {
+fn escape(out: &mut String, name: &str, keep: fn(u8) -> bool, esc: char) {
     for b in name.bytes() {
         if keep(b) {
             out.push(char::from(b));
@@ -42,6 +44,53 @@ fn unescape(s: &str, esc: u8) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// One kind of name: the OJS alphabet kept as it is, the escape byte for the rest, and
+/// the prefix of an escaped name.
+struct Kind {
+    what: &'static str,
+    prefix: &'static str,
+    keep: fn(u8) -> bool,
+    esc: u8,
+    valid: fn(&str) -> bool,
+}
+
+const QUEUE: Kind = Kind {
+    what: "queue name",
+    prefix: QUEUE_PREFIX,
+    keep: |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.',
+    esc: b'-',
+    valid: crate::job::is_valid_queue,
+};
+
+const TYPE: Kind = Kind {
+    what: "jobtype",
+    prefix: TYPE_PREFIX,
+    keep: |b| b.is_ascii_lowercase() || b.is_ascii_digit(),
+    esc: b'_',
+    valid: crate::job::validate::is_valid_job_type,
+};
+
+impl Kind {
+    /// As is when valid in OJS and not starting with `fk.`; escaped otherwise.
+    fn encode(&self, name: &str) -> OjsResult<String> {
+        if (self.valid)(name) && !name.starts_with(RESERVED) {
+            return Ok(name.to_owned());
+        }
+        let mut out = String::from(self.prefix);
+        escape(&mut out, name, self.keep, char::from(self.esc));
+        if !(self.valid)(&out) {
+            return Err(err(format!("{} {name:?} is too long", self.what)));
+        }
+        Ok(out)
+    }
+
+    fn decode(&self, ojs: &str) -> String {
+        ojs.strip_prefix(self.prefix)
+            .and_then(|rest| unescape(rest, self.esc))
+            .unwrap_or_else(|| ojs.to_owned())
+    }
+}
+
 /// The OJS queue of a Faktory queue name.
 pub fn ojs_queue(name: &str) -> OjsResult<String> {
     if name.is_empty() || name.contains(char::is_whitespace) {
@@ -49,48 +98,25 @@ pub fn ojs_queue(name: &str) -> OjsResult<String> {
             "queue name {name:?} must be non-empty, without spaces"
         )));
     }
-    if crate::job::is_valid_queue(name) && !name.starts_with(QUEUE_PREFIX) {
-        return Ok(name.to_owned());
-    }
-    let mut out = String::from(QUEUE_PREFIX);
-    let keep = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.';
-    escape(&mut out, name, keep, '-');
-    if !crate::job::is_valid_queue(&out) {
-        return Err(err(format!("queue name {name:?} is too long")));
-    }
-    Ok(out)
+    QUEUE.encode(name)
 }
 
 /// The Faktory name of an OJS queue (the inverse of [`ojs_queue`]).
 pub fn faktory_queue(ojs: &str) -> String {
-    ojs.strip_prefix(QUEUE_PREFIX)
-        .and_then(|rest| unescape(rest, b'-'))
-        .unwrap_or_else(|| ojs.to_owned())
+    QUEUE.decode(ojs)
 }
 
 /// The OJS job type of a Faktory jobtype.
 pub fn ojs_type(jobtype: &str) -> OjsResult<String> {
-    use crate::job::validate::is_valid_job_type;
     if jobtype.is_empty() {
         return Err(err("jobs must have a jobtype parameter"));
     }
-    if is_valid_job_type(jobtype) && !jobtype.starts_with("fk.") {
-        return Ok(jobtype.to_owned());
-    }
-    let mut out = String::from(TYPE_PREFIX);
-    let keep = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    escape(&mut out, jobtype, keep, '_');
-    if !is_valid_job_type(&out) {
-        return Err(err(format!("jobtype {jobtype:?} is too long")));
-    }
-    Ok(out)
+    TYPE.encode(jobtype)
 }
 
 /// The Faktory jobtype of an OJS type (the inverse of [`ojs_type`]).
 pub fn faktory_type(ojs: &str) -> String {
-    ojs.strip_prefix(TYPE_PREFIX)
-        .and_then(|rest| unescape(rest, b'_'))
-        .unwrap_or_else(|| ojs.to_owned())
+    TYPE.decode(ojs)
 }
 
 #[cfg(test)]
