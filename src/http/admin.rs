@@ -198,23 +198,24 @@ async fn resume(State(st): State<AppState>, Path(name): Path<String>) -> Res {
 /// "period"}}` (ojs-rate-limiting §7.2): `{"queue", "rate_limit"}`.
 async fn rate_limit_put(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Res {
     let limit = parse::QueueLimit::parse(&Value::Object(body_object(&body)?))?;
-    let cmd = QueueCmd::Limit {
-        queue: name.clone(),
-        limit: Some(limit),
-    };
-    call(&st, Command::Queue(cmd)).await?;
-    Ok(ok_json(
-        &json!({"queue": name, "rate_limit": limit.to_json()}),
-    ))
+    set_rate_limit(&st, name, Some(limit)).await
 }
 
 async fn rate_limit_delete(State(st): State<AppState>, Path(name): Path<String>) -> Res {
-    let cmd = QueueCmd::Limit {
-        queue: name.clone(),
-        limit: None,
-    };
-    call(&st, Command::Queue(cmd)).await?;
-    Ok(ok_json(&json!({"queue": name, "rate_limit": null})))
+    set_rate_limit(&st, name, None).await
+}
+
+async fn set_rate_limit(st: &AppState, queue: String, limit: Option<parse::QueueLimit>) -> Res {
+    let shown = limit.map(|l| l.to_json());
+    call(
+        st,
+        Command::Queue(QueueCmd::Limit {
+            queue: queue.clone(),
+            limit,
+        }),
+    )
+    .await?;
+    Ok(ok_json(&json!({"queue": queue, "rate_limit": shown})))
 }
 
 async fn rate_limit_get(State(st): State<AppState>, Path(name): Path<String>) -> Res {
@@ -297,14 +298,7 @@ async fn dead_list(
             "limit" | "offset" => {
                 obj.insert(k.clone(), json!(num()?));
             }
-            "queue" | "type" | "error_type" => {
-                obj.insert(k.clone(), json!(v));
-            }
-            // An unencoded `+01:00` arrives as ` 01:00` (a `+` in a query is a space).
-            "since" | "until" | "older_than" => {
-                obj.insert(k.clone(), json!(v.trim().replace(' ', "+")));
-            }
-            _ => {} // unknown parameters are ignored, as on the event routes
+            _ => dead_filter_param(&mut obj, &k, &v),
         }
     }
     if page.is_some() || per_page.is_some() {
@@ -339,15 +333,7 @@ async fn dead_list_binding(
     let req = super::page::page_req(&pairs, 100)?;
     let mut obj = Map::new();
     for (k, v) in &pairs {
-        match k.as_str() {
-            "queue" | "type" | "error_type" => {
-                obj.insert(k.clone(), json!(v));
-            }
-            "since" | "until" => {
-                obj.insert(k.clone(), json!(v.trim().replace(' ', "+")));
-            }
-            _ => {}
-        }
+        dead_filter_param(&mut obj, k, v);
     }
     obj.insert("limit".into(), json!(req.limit));
     obj.insert("offset".into(), json!(req.offset));
@@ -357,6 +343,21 @@ async fn dead_list_binding(
     };
     let pagination = super::page::pagination(v.total, req, v.jobs.len());
     Ok(ok_json(&json!({"jobs": v.jobs, "pagination": pagination})))
+}
+
+/// A dead-letter filter field of a list query into the DEAD LIST object; unknown
+/// parameters are ignored, as on the event routes.
+fn dead_filter_param(obj: &mut Map<String, Value>, k: &str, v: &str) {
+    match k {
+        "queue" | "type" | "error_type" => {
+            obj.insert(k.to_string(), json!(v));
+        }
+        // An unencoded `+01:00` arrives as ` 01:00` (a `+` in a query is a space).
+        "since" | "until" | "older_than" => {
+            obj.insert(k.to_string(), json!(v.trim().replace(' ', "+")));
+        }
+        _ => {}
+    }
 }
 
 /// A command whose answer is shown as it is (its typed document, or a job).
