@@ -4,6 +4,7 @@
 use clap::{CommandFactory, FromArgMatches};
 use ojsd::config_file;
 use ojsd::engine::{self, Config};
+use ojsd::events::held::HeldLimits;
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
 use ojsd::server::{self, ServerConfig};
@@ -108,6 +109,14 @@ struct Args {
 
     #[arg(long, env = "OJSD_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     sse_keepalive_ms: u64,
+    /// Bytes of events one subscriber (TCP SUBSCRIBE, an SSE stream, a WebSocket
+    /// subscription) may have waiting for it; past it the subscriber reads the log instead.
+    #[arg(long, env = "OJSD_MAX_SUBSCRIBER_BYTES", default_value_t = ojsd::events::held::DEFAULT_PER_SUBSCRIBER, value_parser = parse_positive_usize)]
+    max_subscriber_bytes: usize,
+    /// Bytes of events all subscribers together may have waiting for them; past it the
+    /// buffers of subscribers that stopped reading are emptied (they resume from the log).
+    #[arg(long, env = "OJSD_MAX_SUBSCRIBER_BYTES_TOTAL", default_value_t = ojsd::events::held::DEFAULT_TOTAL, value_parser = parse_positive_usize)]
+    max_subscriber_bytes_total: usize,
     /// Bytes of replies a TCP connection may owe (pipelined, not yet read by the client)
     /// before the server stops reading its commands.
     #[arg(long, env = "OJSD_MAX_PENDING_REPLY_BYTES", default_value_t = server::DEFAULT_MAX_PENDING_REPLY_BYTES)]
@@ -146,6 +155,15 @@ struct Args {
 /// `--http-listen`: an address, or `off`.
 #[derive(Debug, Clone, Copy)]
 struct HttpListen(Option<SocketAddr>);
+
+/// A byte count of at least 1 (a zero bound would starve every subscriber).
+fn parse_positive_usize(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
 
 fn parse_http_listen(s: &str) -> Result<HttpListen, String> {
     if s.eq_ignore_ascii_case("off") {
@@ -290,6 +308,13 @@ fn run(args: Args) -> Result<(), String> {
         test_clock: args.test_clock,
         max_queued_bytes: args.max_queued_bytes,
         commit_pipeline: args.commit_pipeline,
+        events: engine::EventConfig {
+            held: HeldLimits {
+                per_subscriber: args.max_subscriber_bytes,
+                total: args.max_subscriber_bytes_total,
+            },
+            ..Default::default()
+        },
         ..Config::default()
     };
     let (handle, engine_thread) =

@@ -6,21 +6,22 @@
 use super::txn::Txn;
 use super::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::events::held::{Buffer, HeldLimits, Reservation};
 use crate::events::{self, Component, Event, EventFilter, Start};
 use crate::job::Job;
 use crate::store::Space;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
-
-/// Events buffered per live subscriber before it is switched to catching up from the log.
-pub const LIVE_BUFFER: usize = 4096;
+use tokio::sync::oneshot;
 
 #[derive(Debug, Clone)]
 pub struct EventConfig {
     pub service: String,
     pub retention: Duration,
     pub max_count: u64,
+    /// Bytes of events held for subscribers, each and in all (`events/held.rs`).
+    pub held: HeldLimits,
 }
 
 impl Default for EventConfig {
@@ -29,13 +30,25 @@ impl Default for EventConfig {
             service: "ojsd".into(),
             retention: Duration::from_secs(7 * 24 * 3600),
             max_count: 1_000_000,
+            held: HeldLimits::default(),
         }
     }
 }
 
+/// A subscriber's buffer joined to the live feed, with the generation it joined in.
 struct LiveSub {
     filter: EventFilter,
-    tx: mpsc::Sender<Event>,
+    buf: Arc<Buffer>,
+    generation: u64,
+}
+
+/// A read of the log: a poll's page, or a subscriber's page appended to its buffer.
+pub struct Read {
+    pub filter: EventFilter,
+    pub start: Start,
+    pub limit: usize,
+    pub into: Option<(Arc<Buffer>, Reservation)>,
+    pub reply: oneshot::Sender<OjsResult<Page>>,
 }
 
 #[derive(Default)]
@@ -47,13 +60,14 @@ pub(super) struct EventState {
     subs: Vec<LiveSub>,
 }
 
-/// What a subscribe or read returns: a page of matching events, the last cursor the read
-/// covered (resume with `After(last)`), and — when the read reached the head — the live feed.
+/// What a read returns: a page of matching events (empty when they went into a
+/// subscriber's buffer), how many there were, and the last cursor the read covered (resume
+/// with `After(last)`).
 pub struct Page {
     pub events: Vec<Event>,
+    pub count: usize,
     pub last: u64,
     pub has_more: bool,
-    pub live: Option<mpsc::Receiver<Event>>,
 }
 
 /// The data fields every job event carries: ids, type, queue, and the trace id of
@@ -207,7 +221,8 @@ impl Engine {
         self.metrics.observe(s("job_type"), s("queue"), what);
     }
 
-    /// Hand committed events to live subscribers; drop the ones that cannot keep up.
+    /// Hand committed events to live subscribers; drop the ones whose reader went away or
+    /// whose buffer is full (they catch up from the log).
     pub(super) fn publish(&mut self, committed: &[Event]) {
         if committed.is_empty() || self.events.subs.is_empty() {
             return;
@@ -215,27 +230,68 @@ impl Engine {
         self.events.subs.retain(|s| {
             // A reader that went away is dropped even when nothing matches its filter;
             // otherwise a narrow filter's dead feed would stay here for good.
-            if s.tx.is_closed() {
+            if s.buf.abandoned() {
                 return false;
             }
-            for e in committed.iter().filter(|e| s.filter.matches(e)) {
-                if s.tx.try_send(e.clone()).is_err() {
-                    return false; // full or gone: the reader falls back to the log
-                }
-            }
-            true
+            committed
+                .iter()
+                .filter(|e| s.filter.matches(e))
+                .all(|e| s.buf.push_live(s.generation, e))
         });
     }
 
-    /// Read matching events from the log from `start`; register a live feed when the read
-    /// reaches the head and `live` is asked for. Runs between batches, so the log holds
-    /// every event with a cursor below `next` and nothing is missed or repeated at the seam.
-    pub(super) fn read_events(
+    /// Answer a read, once the batch is in the log.
+    pub(super) fn answer_read(&mut self, read: Read) {
+        let Read {
+            filter,
+            start,
+            limit,
+            into,
+            reply,
+        } = read;
+        let budget = into.as_ref().map(|(_, r)| r.bytes());
+        let page = match self.read_events(&filter, start, limit, budget) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let Some((buf, reservation)) = into else {
+            let _ = reply.send(Ok(page));
+            return;
+        };
+        let Page {
+            events,
+            count,
+            last,
+            has_more,
+        } = page;
+        if let Some(generation) = buf.put_page(events, reservation, !has_more) {
+            self.events.subs.push(LiveSub {
+                filter,
+                buf,
+                generation,
+            });
+        }
+        let _ = reply.send(Ok(Page {
+            events: Vec::new(),
+            count,
+            last,
+            has_more,
+        }));
+    }
+
+    /// Read matching events from the log from `start`: at most `limit`, and at most
+    /// `bytes` of them (but at least one) when given. Runs between batches, so the log
+    /// holds every event with a cursor below `next` and nothing is missed or repeated at
+    /// the seam with a live feed joined now.
+    fn read_events(
         &mut self,
-        filter: EventFilter,
+        filter: &EventFilter,
         start: Start,
         limit: usize,
-        live: bool,
+        bytes: Option<usize>,
     ) -> OjsResult<Page> {
         // Events past the head are logged but not yet durable (a pipelined commit): they
         // are neither read nor missed, since the live feed publishes them once durable.
@@ -258,6 +314,8 @@ impl Engine {
             Start::Since(t) => self.cursor_at(t)?.min(head),
         };
         let mut out = Vec::new();
+        let mut held = 0usize;
+        let budget = bytes.unwrap_or(usize::MAX);
         let mut last = from.saturating_sub(1);
         let mut scanned = 0usize;
         let mut unreadable = None;
@@ -269,6 +327,12 @@ impl Engine {
                 match events::decode(c, json) {
                     Some((e, _)) => {
                         if filter.matches(&e) {
+                            let size = e.held_bytes();
+                            if !out.is_empty() && held.saturating_add(size) > budget {
+                                // Full: this event starts the next page.
+                                return false;
+                            }
+                            held += size;
                             out.push(e);
                         }
                     }
@@ -284,14 +348,8 @@ impl Engine {
             tracing::warn!(cursor = c, "unreadable event record skipped");
         }
         let at_head = last.saturating_add(1) >= head;
-        let live = if at_head && live {
-            let (tx, rx) = mpsc::channel(LIVE_BUFFER);
-            self.events.subs.push(LiveSub { filter, tx });
-            Some(rx)
-        } else {
-            None
-        };
         Ok(Page {
+            count: out.len(),
             events: out,
             last: if at_head {
                 head.saturating_sub(1)
@@ -299,7 +357,6 @@ impl Engine {
                 last
             },
             has_more: !at_head,
-            live,
         })
     }
 

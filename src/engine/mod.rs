@@ -156,13 +156,7 @@ enum Msg {
         wid: Arc<str>,
     },
     /// Read the event log (and optionally join the live feed); answered between batches.
-    Events {
-        filter: crate::events::EventFilter,
-        start: crate::events::Start,
-        limit: usize,
-        live: bool,
-        reply: oneshot::Sender<Result<Page, OjsError>>,
-    },
+    Events(events::Read),
     Metrics {
         reply: oneshot::Sender<String>,
     },
@@ -185,6 +179,7 @@ pub struct EngineHandle {
     pub connections: Arc<AtomicUsize>,
     /// The store's name (`fjall`, `sled`), for health reports.
     store_kind: &'static str,
+    subscribers: Arc<crate::events::held::Pool>,
 }
 
 impl EngineHandle {
@@ -248,21 +243,49 @@ impl EngineHandle {
 
     /// Read up to `limit` events matching `filter` from `start`; with `live`, also join the
     /// live feed when the read reaches the head of the log.
+    /// One page of matching events from the log, at most `limit` (a poll).
     pub async fn events(
         &self,
         filter: crate::events::EventFilter,
         start: crate::events::Start,
         limit: usize,
-        live: bool,
+    ) -> Result<Page, OjsError> {
+        self.read(filter, start, limit, None).await
+    }
+
+    /// A subscriber's page: the engine appends the matching events to `buf` within the
+    /// bytes `reservation` holds, and joins `buf` to the live feed when the page reaches
+    /// the head. The answer's `events` is empty; `count` says how many were appended.
+    pub async fn read_into(
+        &self,
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+        limit: usize,
+        buf: Arc<crate::events::held::Buffer>,
+        reservation: crate::events::held::Reservation,
+    ) -> Result<Page, OjsError> {
+        self.read(filter, start, limit, Some((buf, reservation)))
+            .await
+    }
+
+    async fn read(
+        &self,
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+        limit: usize,
+        into: Option<(
+            Arc<crate::events::held::Buffer>,
+            crate::events::held::Reservation,
+        )>,
     ) -> Result<Page, OjsError> {
         let (reply, rx) = oneshot::channel();
-        let msg = Msg::Events {
+        let msg = Msg::Events(events::Read {
             filter,
             start,
             limit,
-            live,
+            into,
             reply,
-        };
+        });
         if self.tx.send(msg).is_err() {
             return Err(OjsError::new(
                 ErrorCode::BackendUnavailable,
@@ -275,6 +298,11 @@ impl EngineHandle {
                 "the engine is not running",
             ))
         })
+    }
+
+    /// The buffers of every event subscriber, and their memory bounds.
+    pub fn subscribers(&self) -> &Arc<crate::events::held::Pool> {
+        &self.subscribers
     }
 
     /// The metrics of ojs-events §7 in Prometheus text format.
@@ -324,6 +352,9 @@ pub struct Engine {
     index: Index,
     workers: Workers,
     waiters: VecDeque<Waiter>,
+    /// Reads of the event log not answered yet: each iteration answers them for at most
+    /// [`READ_BUDGET`], so thousands of subscribers paging cannot stall the commands.
+    reads: VecDeque<events::Read>,
     /// Set when a job became available, so waiting FETCHes are worth another look.
     woke: bool,
     stats: Stats,
@@ -347,6 +378,10 @@ pub struct Engine {
     pipeline: Option<commit::Pipeline>,
 }
 
+/// Longest an iteration spends answering reads of the event log before it takes up
+/// commands again (at least one read is answered each time).
+const READ_BUDGET: Duration = Duration::from_millis(2);
+
 /// Open the engine over a store: rebuild the index, then run it on its own thread.
 pub fn start(
     store: Box<dyn Store>,
@@ -362,6 +397,7 @@ pub fn start(
     let connections = Arc::new(AtomicUsize::new(0));
     let limits = cfg.limits.clone();
     let store_kind = store.name();
+    let subscribers = crate::events::held::Pool::new(cfg.events.held);
     let mut engine = Engine {
         store,
         clock: Clock::new(cfg.test_clock),
@@ -369,6 +405,7 @@ pub fn start(
         index: Index::default(),
         workers: Workers::default(),
         waiters: VecDeque::new(),
+        reads: VecDeque::new(),
         woke: false,
         stats: Stats::default(),
         started: Instant::now(),
@@ -403,6 +440,7 @@ pub fn start(
         queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
         connections,
         store_kind,
+        subscribers,
     };
     Ok((handle, thread))
 }
@@ -414,6 +452,9 @@ impl Engine {
 
     /// Time until the loop must wake on its own: a timer, a FETCH deadline, or a dead-worker sweep.
     fn wait_budget(&self) -> Duration {
+        if !self.reads.is_empty() {
+            return Duration::ZERO;
+        }
         let mut budget = Duration::from_secs(1);
         if let Some(due) = self.index.next_timer() {
             let ms = due - self.clock.now().timestamp_millis();
@@ -450,19 +491,12 @@ impl Engine {
             }
             self.now = self.clock.now();
             let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
-            let mut reads = Vec::new();
             for msg in batch {
                 match msg {
                     Msg::Request(req) => self.handle(req, &mut txn),
                     Msg::Register { wid, info } => self.worker_hello(&mut txn, wid, info),
                     Msg::Disconnect { wid } => self.worker_gone(&mut txn, wid),
-                    Msg::Events {
-                        filter,
-                        start,
-                        limit,
-                        live,
-                        reply,
-                    } => reads.push((filter, start, limit, live, reply)),
+                    Msg::Events(read) => self.reads.push_back(read),
                     Msg::Metrics { reply } => {
                         let _ = reply.send(self.metrics.render(&self.index));
                     }
@@ -488,8 +522,12 @@ impl Engine {
             self.commit(txn)?;
             // Reads run once the batch is in the log, so a new live feed starts exactly
             // after the last event the read could see.
-            for (filter, start, limit, live, reply) in reads {
-                let _ = reply.send(self.read_events(filter, start, limit, live));
+            let reading = Instant::now();
+            while let Some(read) = self.reads.pop_front() {
+                self.answer_read(read);
+                if reading.elapsed() >= READ_BUDGET {
+                    break;
+                }
             }
             if stopping {
                 if let Some(p) = self.pipeline.as_mut() {
@@ -763,6 +801,7 @@ mod queue_tests {
             queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
             connections: Arc::new(AtomicUsize::new(0)),
             store_kind: "none",
+            subscribers: crate::events::held::Pool::new(Default::default()),
         };
         (handle, rx)
     }

@@ -80,6 +80,19 @@ pub(super) struct Compact {
     pub data: Data,
 }
 
+impl Compact {
+    /// Bytes on the heap: the subject and the data.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.subject.capacity()
+            + match &self.data {
+                Data::Job { trace_id, rest } => {
+                    trace_id.as_ref().map_or(0, String::capacity) + rest.len()
+                }
+                Data::Other(b) => b.len(),
+            }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Data {
     /// `{"job_id": subject, "job_type", "queue", ["trace_id",] <rest>}`; `job_type` and

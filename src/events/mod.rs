@@ -4,6 +4,7 @@
 
 mod compact;
 mod filter;
+pub mod held;
 mod subscription;
 
 pub use compact::{build, KINDS};
@@ -75,6 +76,36 @@ impl Event {
             Body::Json(j) => serde_json::from_slice::<StoredView>(j)
                 .ok()
                 .and_then(|v| crate::job::parse_ts(&v.time)),
+        }
+    }
+
+    /// About how much memory the event takes while it waits in a subscriber's buffer:
+    /// the struct, its strings and its data, each heap block with an allocator's overhead.
+    pub fn held_bytes(&self) -> usize {
+        const BLOCK: usize = 16;
+        let s = |s: &String| s.capacity() + BLOCK;
+        let o = |o: &Option<String>| o.as_ref().map_or(0, s);
+        let body = match &self.body {
+            Body::Compact(c) => c.heap_bytes() + 2 * BLOCK,
+            Body::Json(j) => j.len() + BLOCK,
+        };
+        std::mem::size_of::<Event>()
+            + s(&self.kind)
+            + s(&self.source)
+            + o(&self.queue)
+            + o(&self.job_type)
+            + body
+    }
+
+    #[cfg(test)]
+    pub(crate) fn test_event(cursor: u64, kind: &str, queue: &str) -> Event {
+        Event {
+            cursor,
+            kind: kind.into(),
+            source: "ojs://ojsd/api".into(),
+            queue: Some(queue.into()),
+            job_type: Some("t".into()),
+            body: Body::Json(Bytes::from_static(b"{}")),
         }
     }
 }

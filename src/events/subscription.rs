@@ -1,35 +1,47 @@
 //! A subscriber's view of the event stream, shared by the TCP `SUBSCRIBE`, SSE and
 //! WebSocket front ends: replay from the log, then live events, and back to the log
-//! whenever the live feed is cut because the reader fell behind. Events are delivered in
-//! cursor order with no gap and no repeat.
+//! whenever the live feed is cut because the reader fell behind or its buffer was emptied
+//! while it stalled (`held.rs`). Events are delivered in cursor order with no gap and no
+//! repeat, and what waits for the reader counts against the subscribers' memory bounds.
 
+use super::held::{Buffer, Taken};
 use super::{Event, EventFilter, Start};
 use crate::engine::EngineHandle;
 use crate::error::OjsError;
-use std::collections::VecDeque;
-use tokio::sync::mpsc;
+use std::sync::Arc;
 
+/// Most events asked for in one page from the log (pages are also bounded in bytes).
 const PAGE: usize = 1000;
 
 pub struct Subscription {
     engine: EngineHandle,
     filter: EventFilter,
+    /// Where the next read of the log starts: the request's start until something has
+    /// been read, then after `done`.
     start: Start,
-    backlog: VecDeque<Event>,
-    live: Option<mpsc::Receiver<Event>>,
-    /// Cursor of the last event handed out (or scanned past).
+    buf: Arc<Buffer>,
+    /// Everything up to this cursor that matches has been handed out.
+    done: Option<u64>,
+    /// The last cursor the latest page covered; the events up to it are all handed out
+    /// once the buffer is drained.
+    page_end: Option<u64>,
+    /// Cursor of the last event handed out.
     last: Option<u64>,
+    opened: bool,
 }
 
 impl Subscription {
     pub fn new(engine: EngineHandle, filter: EventFilter, start: Start) -> Subscription {
+        let buf = engine.subscribers().buffer();
         Subscription {
             engine,
             filter,
             start,
-            backlog: VecDeque::new(),
-            live: None,
+            buf,
+            done: None,
+            page_end: None,
             last: None,
+            opened: false,
         }
     }
 
@@ -37,28 +49,36 @@ impl Subscription {
     /// the subscription.
     pub async fn next(&mut self) -> Result<Event, OjsError> {
         loop {
-            if let Some(e) = self.backlog.pop_front() {
-                self.last = Some(e.cursor);
-                return Ok(e);
-            }
-            if let Some(rx) = &mut self.live {
-                match rx.recv().await {
-                    Some(e) => {
-                        self.last = Some(e.cursor);
-                        return Ok(e);
+            match self.buf.take() {
+                Taken::Event(e) => {
+                    self.last = Some(e.cursor);
+                    return Ok(e);
+                }
+                Taken::Wait => {
+                    self.drained();
+                    self.buf.wait().await;
+                }
+                Taken::ReadLog { emptied } => {
+                    if emptied {
+                        // What the buffer held was not handed out: resume after the last
+                        // event that was.
+                        self.done = self.done.max(self.last);
+                    } else {
+                        self.drained();
                     }
-                    None => {
-                        // Cut off for falling behind: resume from the log after the last event.
-                        self.live = None;
-                        if let Some(c) = self.last {
-                            self.start = Start::After(c);
-                        }
-                        continue;
+                    if let Some(c) = self.done {
+                        self.start = Start::After(c);
                     }
+                    self.buf.restart();
+                    self.read_page().await?;
                 }
             }
-            self.read_page().await?;
         }
+    }
+
+    /// The buffer was drained by the reader: the whole latest page was handed out.
+    fn drained(&mut self) {
+        self.done = self.done.max(self.page_end).max(self.last);
     }
 
     /// Run the first read of the log now, so a start that cannot be served (a cursor
@@ -67,25 +87,33 @@ impl Subscription {
     /// the head, the live feed is already registered: every event committed after this
     /// returns is delivered by `next`. Does nothing once the subscription has started.
     pub async fn open(&mut self) -> Result<(), OjsError> {
-        if self.live.is_some() || !self.backlog.is_empty() || self.last.is_some() {
+        if self.opened {
             return Ok(());
         }
         self.read_page().await
     }
 
-    /// One page from the log (and the live feed when the page reaches the head).
+    /// One page from the log into the buffer (and the live feed when the page reaches
+    /// the head). Its bytes are reserved first, waiting in turn with other readers while
+    /// the subscribers' total is held.
     async fn read_page(&mut self) -> Result<(), OjsError> {
+        self.opened = true;
+        let reservation = self.buf.reserve_page().await;
         let page = self
             .engine
-            .events(self.filter.clone(), self.start, PAGE, true)
+            .read_into(
+                self.filter.clone(),
+                self.start,
+                PAGE,
+                self.buf.clone(),
+                reservation,
+            )
             .await?;
-        self.start = Start::After(page.last);
-        if page.live.is_none() && page.events.is_empty() {
-            // Scanned a stretch of non-matching events; remember how far we got.
-            self.last = Some(page.last);
+        self.page_end = Some(page.last);
+        if page.count == 0 {
+            // Nothing matched up to `last`: no need to read that stretch again.
+            self.done = self.done.max(Some(page.last));
         }
-        self.backlog.extend(page.events);
-        self.live = page.live;
         Ok(())
     }
 }

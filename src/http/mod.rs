@@ -189,6 +189,9 @@ pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig)
     }
 }
 
+/// Bytes one HTTP connection buffers for reading and for writing.
+pub const CONNECTION_BUFFER: usize = 64 * 1024;
+
 /// HTTP/1.1 on one connection, upgrades (WebSocket) included.
 async fn serve_connection<S>(
     io: S,
@@ -202,6 +205,9 @@ where
     hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(header_timeout)
+        // Bytes a connection buffers each way (hyper's default is ~400 KiB): an SSE stream
+        // whose client does not read holds at most this much rendered output.
+        .max_buf_size(CONNECTION_BUFFER)
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)
         .with_upgrades()
         .await?;

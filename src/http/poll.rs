@@ -22,7 +22,7 @@ pub async fn poll(
     let q = EventQuery::parse(&pairs)?;
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     let start = q.poll_start();
-    let page = st.engine.events(q.filter, start, limit, false).await?;
+    let page = st.engine.events(q.filter, start, limit).await?;
     // Each event renders its own envelope: splice them in.
     let rendered: Vec<_> = page.events.iter().map(|e| e.json()).collect();
     let size: usize = rendered.iter().map(|j| j.len() + 1).sum();

@@ -55,6 +55,27 @@ pub async fn health(State(st): State<AppState>) -> Response {
     json_response(status, serde_json::to_vec(&body).unwrap_or_default())
 }
 
+/// The memory held for event subscribers (`events/held.rs`), in Prometheus text.
+fn subscriber_metrics(out: &mut String, s: crate::events::held::PoolStats) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "# HELP ojsd_subscriber_buffer_bytes Bytes of events waiting in subscribers' buffers.\n\
+         # TYPE ojsd_subscriber_buffer_bytes gauge\n\
+         ojsd_subscriber_buffer_bytes {}\n\
+         # HELP ojsd_subscriber_buffer_limit_bytes The bound of all subscribers' buffers (--max-subscriber-bytes-total).\n\
+         # TYPE ojsd_subscriber_buffer_limit_bytes gauge\n\
+         ojsd_subscriber_buffer_limit_bytes {}\n\
+         # HELP ojsd_subscribers Event subscribers (TCP SUBSCRIBE, SSE streams, WebSocket subscriptions).\n\
+         # TYPE ojsd_subscribers gauge\n\
+         ojsd_subscribers {}\n\
+         # HELP ojsd_subscriber_buffers_emptied_total Buffers of stalled subscribers emptied to keep the bound; each resumed from the log.\n\
+         # TYPE ojsd_subscriber_buffers_emptied_total counter\n\
+         ojsd_subscriber_buffers_emptied_total {}\n",
+        s.held_bytes, s.limit_bytes, s.buffers, s.reclaimed
+    );
+}
+
 pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let text = st.engine.metrics().await.ok_or_else(|| {
         ApiError::new(
@@ -63,6 +84,8 @@ pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
             "the engine is not running",
         )
     })?;
+    let mut text = text;
+    subscriber_metrics(&mut text, st.engine.subscribers().stats());
     let mut resp = text.into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

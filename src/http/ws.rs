@@ -37,7 +37,7 @@ pub const MAX_SUBSCRIPTIONS: usize = 64;
 const MAX_MESSAGE: usize = 64 * 1024;
 /// Messages queued for the socket before the subscriptions wait for it (a subscription
 /// that waits long enough falls back to reading the log: nothing is lost).
-const OUT_BUFFER: usize = 256;
+const OUT_BUFFER: usize = 32;
 
 pub async fn upgrade(
     State(st): State<AppState>,
