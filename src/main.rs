@@ -50,6 +50,10 @@ struct Args {
     /// Largest accepted job envelope (and ACK result), bytes.
     #[arg(long, env = "OJSD_MAX_JOB_BYTES", default_value_t = 1024 * 1024)]
     max_job_bytes: usize,
+    /// Largest HTTP request body, bytes; a larger one is refused with 413. At least
+    /// --max-job-bytes; by default 4 times it (a batch carries several jobs).
+    #[arg(long, env = "OJSD_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
     /// Visibility timeout for jobs that set no `timeout`, seconds.
     #[arg(long, env = "OJSD_DEFAULT_TIMEOUT", default_value_t = 1800)]
     default_timeout: u64,
@@ -209,10 +213,34 @@ fn parse_args() -> Args {
     Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
+/// What clap cannot check flag by flag: values that must agree with each other.
+fn check_args(args: &Args) -> Result<(), String> {
+    if let Some(body) = args.max_body_bytes {
+        if body < args.max_job_bytes {
+            return Err(format!(
+                "--max-body-bytes ({body}) is smaller than --max-job-bytes ({}): a job \
+                 the server takes could not be sent over HTTP",
+                args.max_job_bytes
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `--max-body-bytes`, or its default for `--max-job-bytes`.
+fn max_body_bytes(args: &Args) -> usize {
+    args.max_body_bytes
+        .unwrap_or_else(|| ojsd::http::body::default_max_body_bytes(args.max_job_bytes))
+}
+
 fn main() {
     let mut args = parse_args();
     if let Some(cmd) = args.command.take() {
         std::process::exit(ojsd::cli::run(cmd));
+    }
+    if let Err(msg) = check_args(&args) {
+        // A usage error like clap's own (exit 2), before any port or data dir is touched.
+        clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{msg}\n")).exit()
     }
     let filter = log_filter(&args.log_level);
     tracing_subscriber::fmt()
@@ -325,6 +353,7 @@ fn run(args: Args) -> Result<(), String> {
                     handshake_timeout: Duration::from_millis(args.hello_timeout_ms),
                     tls: tls.as_ref().map(|t| t.http.clone()),
                     cors_origins: args.cors_origin.clone(),
+                    max_body_bytes: max_body_bytes(&args),
                 };
                 Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
             }

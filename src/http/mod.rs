@@ -14,9 +14,11 @@
 //! | `POST /ojs/v1/workflows`, `GET`/`DELETE /ojs/v1/workflows/{id}` | workflows ([`workflows`]) |
 //!
 //! Every response carries `OJS-Version` and `X-Request-Id` (the client's, when it sent
-//! one); errors are JSON in the binding's shape ([`error`]).
+//! one); errors are JSON in the binding's shape ([`error`]). A request body is read whole
+//! and bounded ([`body`]) before its handler runs.
 
 pub mod admin;
+pub mod body;
 pub mod cors;
 pub mod cron;
 pub mod dashboard;
@@ -67,6 +69,8 @@ pub struct HttpConfig {
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// `--cors-origin`: browser origins allowed to call the API (§20); empty = none.
     pub cors_origins: Vec<String>,
+    /// `--max-body-bytes`: the largest request body ([`body`]).
+    pub max_body_bytes: usize,
 }
 
 impl Default for HttpConfig {
@@ -78,6 +82,9 @@ impl Default for HttpConfig {
             handshake_timeout: Duration::from_millis(crate::server::DEFAULT_HELLO_TIMEOUT_MS),
             tls: None,
             cors_origins: Vec::new(),
+            max_body_bytes: body::default_max_body_bytes(
+                crate::job::validate::DEFAULT_MAX_JOB_BYTES,
+            ),
         }
     }
 }
@@ -93,6 +100,9 @@ pub struct AppState {
 pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
     let password = cfg.password.clone().map(Arc::<str>::from);
     let cors_origins: Arc<[String]> = cfg.cors_origins.clone().into();
+    let body_limits = body::BodyLimits {
+        max_bytes: cfg.max_body_bytes,
+    };
     let state = AppState {
         engine,
         cfg: Arc::new(cfg),
@@ -126,6 +136,12 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+        // `body::read_whole` enforces --max-body-bytes before the extractors run.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        // Inside `auth`: a request refused for its credentials has its body never read.
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| body::read_whole(body_limits, req, next),
+        ))
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| auth(password.clone(), req, next),
         ))

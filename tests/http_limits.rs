@@ -1,0 +1,270 @@
+//! What one client can hold or try on the HTTP listener, over real sockets: the size of a
+//! request body (`--max-body-bytes`, derived from `--max-job-bytes`). Issue 19: D7.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// One HTTP/1.1 connection written byte for byte, so a test can stop half way through a
+/// request, and read answers one at a time (keep-alive).
+struct Raw {
+    reader: BufReader<TcpStream>,
+}
+
+/// A response read off a `Raw` connection.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "status {} body is not JSON ({e}): {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// `error.code` and `error.details.ojs_code` of the binding's error body.
+    fn codes(&self) -> (String, String) {
+        let v = self.json();
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        (
+            s(&v["error"]["code"]),
+            s(&v["error"]["details"]["ojs_code"]),
+        )
+    }
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let s = TcpStream::connect(addr).expect("connect http");
+        s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Raw {
+            reader: BufReader::new(s),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.reader.get_mut().write_all(bytes).expect("write");
+    }
+
+    /// The request line and headers (and the blank line), nothing of the body.
+    fn head(&mut self, method: &str, path: &str, headers: &[(&str, &str)]) {
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        self.write(req.as_bytes());
+    }
+
+    /// The next response (its body by `Content-Length`, which the server always sends for
+    /// these routes); panics if none comes within the read timeout.
+    fn answer(&mut self) -> Answer {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("status line");
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no response, got {line:?}"));
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            self.reader.read_line(&mut h).expect("header line");
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (k, v) = h.split_once(':').expect("header");
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse().ok())
+            .expect("content-length");
+        let mut body = vec![0; len];
+        self.reader.read_exact(&mut body).expect("body");
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Whether the server closed the connection within `within` (bytes before the close
+    /// are skipped).
+    fn closed_within(&mut self, within: Duration) -> bool {
+        self.reader
+            .get_mut()
+            .set_read_timeout(Some(within))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.reader.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return false
+                }
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+const OJS_JSON: &str = "application/openjobspec+json";
+
+// ---------------------------------------------------------------------------------------
+// D7: a body over the limit
+// ---------------------------------------------------------------------------------------
+
+/// A 413 in the binding's shape, and the connection closed after it.
+fn assert_too_large(raw: &mut Raw, limit: usize) {
+    let a = raw.answer();
+    assert_eq!(a.status, 413, "{a:?}");
+    assert_eq!(a.header("content-type"), Some(OJS_JSON));
+    assert_eq!(a.header("connection"), Some("close"));
+    assert_eq!(
+        a.codes(),
+        ("x_payload_too_large".into(), "PAYLOAD_TOO_LARGE".into())
+    );
+    let message = a.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains(&limit.to_string()) && message.contains("--max-body-bytes"),
+        "{message}"
+    );
+    assert!(raw.closed_within(Duration::from_secs(3)));
+}
+
+/// A job of `size` bytes of JSON, more or less.
+fn job_of(size: usize) -> Value {
+    json!({"type": "big.job", "args": ["x".repeat(size)], "options": {"queue": "big"}})
+}
+
+/// With the defaults (`--max-job-bytes` 1 MiB) the limit is 4 MiB: a 3 MiB batch of jobs
+/// under the job limit is taken (axum's fixed 2 MiB refused it, in plain text), and a
+/// declared 4 MiB + 1 gets the binding's 413 at once, before any of it is read.
+#[test]
+fn d7_the_default_body_limit_is_four_jobs_and_over_it_is_a_json_413() {
+    let srv = Server::start();
+    let limit = 4 * 1024 * 1024;
+    let batch = json!({"jobs": (0..3).map(|_| job_of(1000 * 1000)).collect::<Vec<_>>()});
+    let body = batch.to_string();
+    assert!(body.len() > 3_000_000 && body.len() < limit);
+    let r = common::http::send(&srv.http_addr, "POST", "/ojs/v1/jobs/batch", &body);
+    assert_eq!(
+        r.status,
+        201,
+        "{}",
+        r.text().chars().take(300).collect::<String>()
+    );
+    assert_eq!(r.json()["count"], 3);
+
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/jobs/batch",
+        &[
+            ("Content-Type", "application/json"),
+            ("Content-Length", &(limit + 1).to_string()),
+        ],
+    );
+    assert_too_large(&mut raw, limit);
+}
+
+/// The limit follows `--max-job-bytes` (4 times it), for a declared length and for a
+/// chunked body that only turns out too long as it is read.
+#[test]
+fn d7_the_limit_follows_max_job_bytes_for_declared_and_chunked_bodies() {
+    let srv = Server::start_with(&["--max-job-bytes", "1000"]);
+    let limit = 4000;
+    // Under the limit, several jobs under the job limit.
+    let batch = json!({"jobs": (0..4).map(|_| job_of(700)).collect::<Vec<_>>()});
+    let body = batch.to_string();
+    assert!(body.len() > 3000 && body.len() < limit, "{}", body.len());
+    let r = common::http::send(&srv.http_addr, "POST", "/ojs/v1/jobs/batch", &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/jobs",
+        &[
+            ("Content-Type", "application/json"),
+            ("Content-Length", &(limit + 1).to_string()),
+        ],
+    );
+    assert_too_large(&mut raw, limit);
+
+    // Chunked: 5 chunks of 1000 bytes, sent at once, with no last chunk.
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/jobs",
+        &[
+            ("Content-Type", "application/json"),
+            ("Transfer-Encoding", "chunked"),
+        ],
+    );
+    let chunk = format!("3e8\r\n{}\r\n", "x".repeat(1000));
+    raw.write(chunk.repeat(5).as_bytes());
+    assert_too_large(&mut raw, limit);
+}
+
+/// `--max-body-bytes` sets the limit itself, and is refused at startup below
+/// `--max-job-bytes` (a job the server takes must fit in a request).
+#[test]
+fn d7_max_body_bytes_sets_the_limit_and_cannot_go_under_a_job() {
+    let srv = Server::start_with(&["--max-job-bytes", "1000", "--max-body-bytes", "1500"]);
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/workers/ack",
+        &[
+            ("Content-Type", "application/json"),
+            ("Transfer-Encoding", "chunked"),
+        ],
+    );
+    let chunk = format!("3e8\r\n{}\r\n", "x".repeat(1000));
+    raw.write(chunk.repeat(2).as_bytes());
+    assert_too_large(&mut raw, 1500);
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ojsd"))
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .args(["--max-job-bytes", "2000", "--max-body-bytes", "1999"])
+        .arg("--data-dir")
+        .arg(dir.path().join("db"))
+        .output()
+        .expect("run ojsd");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--max-body-bytes") && stderr.contains("--max-job-bytes"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("db").exists(),
+        "refused before the data dir"
+    );
+}
