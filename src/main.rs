@@ -128,6 +128,10 @@ struct Args {
     /// request's headers, ms.
     #[arg(long, env = "OJSD_HELLO_TIMEOUT_MS", default_value_t = server::DEFAULT_HELLO_TIMEOUT_MS)]
     hello_timeout_ms: u64,
+    /// Time for an HTTP request's whole body to arrive after its headers, ms; past it the
+    /// request gets 408 and the connection closes.
+    #[arg(long, env = "OJSD_BODY_TIMEOUT_MS", default_value_t = ojsd::http::body::DEFAULT_BODY_TIMEOUT_MS)]
+    body_timeout_ms: u64,
     /// A TCP connection without a worker id that sends nothing (and waits for no reply)
     /// this long is closed, ms; 0: never.
     #[arg(long, env = "OJSD_IDLE_TIMEOUT_MS", default_value_t = server::DEFAULT_IDLE_TIMEOUT_MS)]
@@ -354,6 +358,7 @@ fn run(args: Args) -> Result<(), String> {
                     tls: tls.as_ref().map(|t| t.http.clone()),
                     cors_origins: args.cors_origin.clone(),
                     max_body_bytes: max_body_bytes(&args),
+                    body_timeout: Duration::from_millis(args.body_timeout_ms),
                 };
                 Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
             }

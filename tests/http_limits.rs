@@ -1,5 +1,6 @@
-//! What one client can hold or try on the HTTP listener, over real sockets: the size of a
-//! request body (`--max-body-bytes`, derived from `--max-job-bytes`). Issue 19: D7.
+//! What one client can hold on the HTTP listener, over real sockets: time for a request
+//! body (`--body-timeout-ms`) and its size (`--max-body-bytes`, derived from
+//! `--max-job-bytes`). Issue 19: D2 and D7.
 
 mod common;
 
@@ -7,7 +8,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One HTTP/1.1 connection written byte for byte, so a test can stop half way through a
 /// request, and read answers one at a time (keep-alive).
@@ -130,9 +131,162 @@ impl Raw {
             }
         }
     }
+
+    /// Whether the server has sent something (or closed) within `wait`, without taking it.
+    fn answered(&mut self, wait: Duration) -> bool {
+        if !self.reader.buffer().is_empty() {
+            return true;
+        }
+        let s = self.reader.get_mut();
+        s.set_read_timeout(Some(wait)).unwrap();
+        let r = s.peek(&mut [0u8; 1]);
+        s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        !matches!(r, Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    }
 }
 
 const OJS_JSON: &str = "application/openjobspec+json";
+
+/// A 408 in the binding's shape, and the connection closed after it.
+fn assert_timed_out(raw: &mut Raw, started: Instant, timeout: Duration) {
+    let a = raw.answer();
+    let waited = started.elapsed();
+    assert_eq!(a.status, 408, "{a:?}");
+    assert_eq!(a.header("content-type"), Some(OJS_JSON));
+    assert_eq!(a.header("connection"), Some("close"));
+    assert_eq!(
+        a.codes(),
+        ("x_request_timeout".into(), "REQUEST_TIMEOUT".into())
+    );
+    let v = a.json();
+    assert!(v["error"]["request_id"].is_string(), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--body-timeout-ms"),
+        "{v}"
+    );
+    assert!(waited >= timeout, "answered after {waited:?}");
+    assert!(waited < Duration::from_secs(4), "answered after {waited:?}");
+    assert!(
+        raw.closed_within(Duration::from_secs(3)),
+        "the connection is closed after the 408"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// D2: a body that never completes
+// ---------------------------------------------------------------------------------------
+
+/// Headers and 1 byte of a 100-byte body: before, the connection (and its slot) was held
+/// forever; now it gets a 408 with the binding's error body at `--body-timeout-ms`, and
+/// is closed.
+#[test]
+fn d2_an_unfinished_body_gets_408_and_the_connection_closes() {
+    let srv = Server::start_with(&["--body-timeout-ms", "300"]);
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/jobs",
+        &[
+            ("Content-Type", "application/json"),
+            ("Content-Length", "100"),
+        ],
+    );
+    let started = Instant::now();
+    raw.write(b"{");
+    assert_timed_out(&mut raw, started, Duration::from_millis(300));
+    // The server still serves.
+    assert_eq!(
+        common::http::get(&srv.http_addr, "/ojs/v1/health").status,
+        200
+    );
+}
+
+/// An unfinished chunked body from a client with a valid token: the deadline holds past
+/// the password check too.
+#[test]
+fn d2_an_unfinished_chunked_body_with_a_valid_token_gets_408() {
+    let srv = Server::start_with(&["--body-timeout-ms", "300", "--password", "pw"]);
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/jobs",
+        &[
+            ("Content-Type", "application/json"),
+            ("Transfer-Encoding", "chunked"),
+            ("Authorization", "Bearer pw"),
+        ],
+    );
+    let started = Instant::now();
+    raw.write(b"5\r\n{\"typ\r\n");
+    assert_timed_out(&mut raw, started, Duration::from_millis(300));
+
+    // A wrong token is answered at once, its body unread, and the connection ends too.
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/jobs",
+        &[
+            ("Transfer-Encoding", "chunked"),
+            ("Authorization", "Bearer wrong"),
+        ],
+    );
+    raw.write(b"5\r\n{\"typ\r\n");
+    assert_eq!(raw.answer().status, 401);
+    assert!(raw.closed_within(Duration::from_secs(3)));
+}
+
+/// The deadline covers the whole body, not each read: a client that keeps sending a byte
+/// every 200 ms (never idle for the timeout) is still answered 408 at the deadline.
+#[test]
+fn d2_a_body_dribbled_a_byte_at_a_time_still_meets_the_deadline() {
+    let srv = Server::start_with(&["--body-timeout-ms", "1000"]);
+    let mut raw = Raw::connect(&srv.http_addr);
+    raw.head(
+        "POST",
+        "/ojs/v1/jobs",
+        &[
+            ("Content-Type", "application/json"),
+            ("Content-Length", "100"),
+        ],
+    );
+    let started = Instant::now();
+    // A byte every 200 ms for up to 3.5 s, stopping as soon as the server answers (a
+    // write after its close would reset the connection and lose the answer).
+    while started.elapsed() < Duration::from_millis(3500) && !raw.answered(Duration::from_millis(1))
+    {
+        raw.write(b" ");
+        if raw.answered(Duration::from_millis(200)) {
+            break;
+        }
+    }
+    assert_timed_out(&mut raw, started, Duration::from_millis(1000));
+}
+
+/// Slow-loris sockets hold their slots only until the body deadline: with two slots both
+/// taken by unfinished bodies, a new client is served once the deadline has passed.
+#[test]
+fn d2_unfinished_bodies_give_their_slots_back() {
+    let srv = Server::start_with(&["--body-timeout-ms", "300", "--max-connections", "2"]);
+    let mut holders: Vec<Raw> = (0..2)
+        .map(|_| {
+            let mut raw = Raw::connect(&srv.http_addr);
+            raw.head("POST", "/ojs/v1/jobs", &[("Content-Length", "100")]);
+            raw.write(b"{");
+            raw
+        })
+        .collect();
+    for raw in &mut holders {
+        assert!(raw.closed_within(Duration::from_secs(4)));
+    }
+    let r = wait_for(Duration::from_secs(3), "a free HTTP slot", || {
+        let r = common::http::get(&srv.http_addr, "/ojs/v1/health");
+        (r.status == 200).then_some(r)
+    });
+    assert_eq!(r.status, 200);
+}
 
 // ---------------------------------------------------------------------------------------
 // D7: a body over the limit

@@ -1,7 +1,15 @@
-//! A request's body is read here, whole and bounded, before any handler sees it. Every
-//! route that takes a body wants all of it (a job, a batch, a definition), and reading it
-//! in one place lets the limit be answered in the binding's JSON error shape: axum's own
-//! limit answered a fixed 2 MiB with a plain-text 413 of its own.
+//! A request's body is read here, whole and bounded in size and time, before any handler
+//! sees it. Every route that takes a body wants all of it (a job, a batch, a definition),
+//! and reading it in one place lets both bounds be answered in the binding's JSON error
+//! shape: axum's own limit answered a fixed 2 MiB with a plain-text 413 of its own.
+//!
+//! hyper's header deadline (`--hello-timeout-ms`) ends where the body starts, so a client
+//! that sent its headers and then a byte of its body held its connection, and one of
+//! `--max-connections` slots, forever. The whole body must now arrive within
+//! `--body-timeout-ms` of the end of the headers (nginx's `client_body_timeout`, but over
+//! the whole read rather than between two reads: a client dribbling a byte a second is
+//! never idle, and must still let go of its slot). Past it the answer is `408` and the
+//! connection closes.
 //!
 //! The limit is `--max-body-bytes`, by default [`JOBS_PER_BODY`] times `--max-job-bytes`:
 //! a batch may carry several jobs, and a body is never allowed below one job (checked at
@@ -17,6 +25,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use futures_util::StreamExt;
+use std::time::Duration;
+
+/// The default `--body-timeout-ms`.
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 10_000;
 
 /// The default `--max-body-bytes`, in jobs of `--max-job-bytes`.
 pub const JOBS_PER_BODY: usize = 4;
@@ -31,6 +43,8 @@ pub fn default_max_body_bytes(max_job_bytes: usize) -> usize {
 pub struct BodyLimits {
     /// `--max-body-bytes`.
     pub max_bytes: usize,
+    /// `--body-timeout-ms`: from the end of the headers to the end of the body.
+    pub timeout: Duration,
 }
 
 /// Middleware: read the body whole within the limits and hand it on, or answer the error
@@ -45,12 +59,17 @@ pub async fn read_whole(limits: BodyLimits, req: Request, next: Next) -> Respons
         return closing(too_large(limits.max_bytes));
     }
     let (parts, body) = req.into_parts();
-    match collect(body, limits.max_bytes).await {
-        Ok(bytes) => {
+    // Far past any real deadline, a flag's absurd value must not overflow the clock.
+    let timeout = limits
+        .timeout
+        .clamp(Duration::from_millis(1), Duration::from_secs(86_400 * 365));
+    match tokio::time::timeout(timeout, collect(body, limits.max_bytes)).await {
+        Ok(Ok(bytes)) => {
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Err(e) => closing(e),
+        Ok(Err(e)) => closing(e),
+        Err(_) => closing(timed_out(timeout)),
     }
 }
 
@@ -75,6 +94,17 @@ fn too_large(max: usize) -> ApiError {
         StatusCode::PAYLOAD_TOO_LARGE,
         "PAYLOAD_TOO_LARGE",
         format!("the request body is larger than --max-body-bytes ({max} bytes)"),
+    )
+}
+
+fn timed_out(timeout: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "REQUEST_TIMEOUT",
+        format!(
+            "the request body did not arrive within --body-timeout-ms ({} ms)",
+            timeout.as_millis()
+        ),
     )
 }
 

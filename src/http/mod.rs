@@ -71,6 +71,8 @@ pub struct HttpConfig {
     pub cors_origins: Vec<String>,
     /// `--max-body-bytes`: the largest request body ([`body`]).
     pub max_body_bytes: usize,
+    /// `--body-timeout-ms`: time for a request's whole body after its headers ([`body`]).
+    pub body_timeout: Duration,
 }
 
 impl Default for HttpConfig {
@@ -85,6 +87,7 @@ impl Default for HttpConfig {
             max_body_bytes: body::default_max_body_bytes(
                 crate::job::validate::DEFAULT_MAX_JOB_BYTES,
             ),
+            body_timeout: Duration::from_millis(body::DEFAULT_BODY_TIMEOUT_MS),
         }
     }
 }
@@ -102,6 +105,7 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
     let cors_origins: Arc<[String]> = cfg.cors_origins.clone().into();
     let body_limits = body::BodyLimits {
         max_bytes: cfg.max_body_bytes,
+        timeout: cfg.body_timeout,
     };
     let state = AppState {
         engine,
@@ -156,7 +160,8 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
 /// stops, their subscriptions failing with `BACKEND_UNAVAILABLE`).
 ///
 /// Its own accept loop rather than `axum::serve`, for what that does not offer: the
-/// connection cap, TLS, and a deadline on request headers (slow or idle clients).
+/// connection cap, TLS, and a deadline on request headers (slow or idle clients); the
+/// body's deadline is [`body`]'s.
 pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig) {
     let permits = Arc::new(Semaphore::new(
         cfg.max_connections.clamp(1, Semaphore::MAX_PERMITS),
