@@ -6,6 +6,7 @@ use ojsd::config_file;
 use ojsd::engine::{self, Config};
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
+use ojsd::server::limits::AuthLimiter;
 use ojsd::server::{self, ServerConfig};
 use ojsd::store::{self, StoreError, StoreKind, DEFAULT_CACHE_MB};
 use std::ffi::OsString;
@@ -136,8 +137,9 @@ struct Args {
     /// this long is closed, ms; 0: never.
     #[arg(long, env = "OJSD_IDLE_TIMEOUT_MS", default_value_t = server::DEFAULT_IDLE_TIMEOUT_MS)]
     idle_timeout_ms: u64,
-    /// Failed HELLOs (wrong password) allowed per client address per
-    /// --auth-failure-window-ms; more are refused with RATE_LIMITED. 0: no limit.
+    /// Wrong passwords (a TCP HELLO's, an HTTP bearer token) allowed per client address
+    /// per --auth-failure-window-ms, counted across all listeners; more are refused with
+    /// RATE_LIMITED (HTTP: 429). 0: no limit.
     #[arg(long, env = "OJSD_MAX_AUTH_FAILURES", default_value_t = server::DEFAULT_MAX_AUTH_FAILURES)]
     max_auth_failures: u32,
     /// The window of --max-auth-failures, ms (the allowance refills evenly over it).
@@ -326,6 +328,11 @@ fn run(args: Args) -> Result<(), String> {
     };
     let (handle, engine_thread) =
         engine::start(store, cfg).map_err(|e| format!("cannot start: {e}"))?;
+    // One allowance of wrong passwords per address for every listener (PROTOCOL.md §13.4).
+    let auth_failures = AuthLimiter::shared(
+        args.max_auth_failures,
+        Duration::from_millis(args.auth_failure_window_ms),
+    );
     let server_cfg = Arc::new(ServerConfig {
         password: args.password.clone(),
         max_line: args.max_line_bytes,
@@ -335,8 +342,7 @@ fn run(args: Args) -> Result<(), String> {
         max_handshaking: args.max_handshaking,
         hello_timeout: Duration::from_millis(args.hello_timeout_ms),
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-        max_auth_failures: args.max_auth_failures,
-        auth_failure_window: Duration::from_millis(args.auth_failure_window_ms),
+        auth_failures: auth_failures.clone(),
         tls: tls.as_ref().map(|t| t.tcp.clone()),
         dialect: server::Dialect::Ojs,
     });
@@ -359,6 +365,7 @@ fn run(args: Args) -> Result<(), String> {
                     cors_origins: args.cors_origin.clone(),
                     max_body_bytes: max_body_bytes(&args),
                     body_timeout: Duration::from_millis(args.body_timeout_ms),
+                    auth_failures: auth_failures.clone(),
                 };
                 Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
             }

@@ -1,10 +1,12 @@
-//! What one client can hold on the HTTP listener, over real sockets: time for a request
-//! body (`--body-timeout-ms`) and its size (`--max-body-bytes`, derived from
-//! `--max-job-bytes`). Issue 19: D2 and D7.
+//! What one client can hold or try on the HTTP listener, over real sockets: time for a
+//! request body (`--body-timeout-ms`), its size (`--max-body-bytes`, derived from
+//! `--max-job-bytes`), and bearer-token guesses (`--max-auth-failures`, shared with the
+//! TCP HELLO). Issue 19: D2, D7 and D10.
 
 mod common;
 
 use common::*;
+use ojs_client::{Client, ConnectOptions};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -75,6 +77,21 @@ impl Raw {
         }
         req.push_str("\r\n");
         self.write(req.as_bytes());
+    }
+
+    /// A whole request with a JSON body.
+    fn request(&mut self, method: &str, path: &str, token: Option<&str>, body: &str) {
+        let len = body.len().to_string();
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("Content-Length", len.as_str()),
+        ];
+        if let Some(a) = &auth {
+            headers.push(("Authorization", a.as_str()));
+        }
+        self.head(method, path, &headers);
+        self.write(body.as_bytes());
     }
 
     /// The next response (its body by `Content-Length`, which the server always sends for
@@ -421,4 +438,107 @@ fn d7_max_body_bytes_sets_the_limit_and_cannot_go_under_a_job() {
         !dir.path().join("db").exists(),
         "refused before the data dir"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// D10: bearer-token guessing
+// ---------------------------------------------------------------------------------------
+
+/// A 429 in the binding's shape with `Retry-After`.
+fn assert_throttled(a: &Answer) -> u64 {
+    assert_eq!(a.status, 429, "{a:?}");
+    assert_eq!(a.codes(), ("rate_limited".into(), "RATE_LIMITED".into()));
+    assert_eq!(a.json()["error"]["retryable"], true);
+    let secs: u64 = a
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("Retry-After in seconds: {a:?}"));
+    assert!(secs >= 1, "{a:?}");
+    secs
+}
+
+/// The error code of a refused TCP HELLO; `None` if it was accepted.
+fn hello_error(addr: &str, opts: &ConnectOptions) -> Option<String> {
+    match Client::connect_with(addr, opts) {
+        Ok(_) => None,
+        Err(e) => Some(e.code().map_or_else(|| format!("{e:?}"), str::to_string)),
+    }
+}
+
+/// One keep-alive connection guessing tokens: the first `--max-auth-failures` get 401, then
+/// every request from that address gets 429 without its token being looked at (the
+/// correct one too, as the TCP HELLO does), while health stays open; the address is
+/// refused on the TCP listener too (one limiter for both front ends).
+#[test]
+fn d10_wrong_tokens_are_throttled_per_address_across_both_listeners() {
+    let srv = Server::start_with(&["--password", "pw", "--max-auth-failures", "3"]);
+    let mut raw = Raw::connect(&srv.http_addr);
+    let mut statuses = Vec::new();
+    for i in 0..50 {
+        raw.request("GET", "/ojs/v1/queues", Some(&format!("guess{i}")), "");
+        let a = raw.answer();
+        if a.status == 429 {
+            assert_throttled(&a);
+        }
+        statuses.push(a.status);
+    }
+    assert_eq!(statuses[..3], [401, 401, 401], "{statuses:?}");
+    assert!(statuses[3..].iter().all(|s| *s == 429), "{statuses:?}");
+
+    raw.request("GET", "/ojs/v1/queues", Some("pw"), "");
+    let secs = assert_throttled(&raw.answer());
+    assert!(secs <= 60, "within the window: {secs}");
+    // A request without credentials is not a guess, but it is refused the same way.
+    raw.request("GET", "/ojs/v1/queues", None, "");
+    assert_throttled(&raw.answer());
+    raw.request("GET", "/ojs/v1/health", None, "");
+    assert_eq!(raw.answer().status, 200);
+
+    let opts = ConnectOptions {
+        password: Some("pw".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        hello_error(&srv.addr, &opts).as_deref(),
+        Some("RATE_LIMITED"),
+        "the TCP HELLO is refused too"
+    );
+}
+
+/// Guesses over TCP count against HTTP as well, and once the window has refilled a
+/// correct token is accepted again; a correct token never counts as a failure.
+#[test]
+fn d10_the_allowance_is_shared_and_refills() {
+    // 2 failures per 2 s: one comes back every second.
+    let srv = Server::start_with(&[
+        "--password",
+        "pw",
+        "--max-auth-failures",
+        "2",
+        "--auth-failure-window-ms",
+        "2000",
+    ]);
+    let mut raw = Raw::connect(&srv.http_addr);
+    for _ in 0..5 {
+        raw.request("GET", "/ojs/v1/queues", Some("pw"), "");
+        assert_eq!(raw.answer().status, 200);
+    }
+    let wrong = ConnectOptions {
+        password: Some("nope".into()),
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            hello_error(&srv.addr, &wrong).as_deref(),
+            Some("UNAUTHENTICATED")
+        );
+    }
+    let failed = Instant::now();
+    raw.request("GET", "/ojs/v1/queues", Some("pw"), "");
+    let secs = assert_throttled(&raw.answer());
+    assert!(secs <= 2, "{secs}");
+    std::thread::sleep(Duration::from_millis(1100).saturating_sub(failed.elapsed()));
+    raw.request("GET", "/ojs/v1/queues", Some("pw"), "");
+    let a = raw.answer();
+    assert_eq!(a.status, 200, "{a:?}");
 }
