@@ -7,6 +7,7 @@ use ojsd::engine::{self, Config};
 use ojsd::events::held::HeldLimits;
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
+use ojsd::server::limits::AuthLimiter;
 use ojsd::server::{self, ServerConfig};
 use ojsd::store::{self, StoreError, StoreKind, DEFAULT_CACHE_MB};
 use std::ffi::OsString;
@@ -51,6 +52,10 @@ struct Args {
     /// Largest accepted job envelope (and ACK result), bytes.
     #[arg(long, env = "OJSD_MAX_JOB_BYTES", default_value_t = 1024 * 1024)]
     max_job_bytes: usize,
+    /// Largest HTTP request body, bytes; a larger one is refused with 413. At least
+    /// --max-job-bytes; by default 4 times it (a batch carries several jobs).
+    #[arg(long, env = "OJSD_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
     /// Visibility timeout for jobs that set no `timeout`, seconds.
     #[arg(long, env = "OJSD_DEFAULT_TIMEOUT", default_value_t = 1800)]
     default_timeout: u64,
@@ -133,12 +138,17 @@ struct Args {
     /// request's headers, ms.
     #[arg(long, env = "OJSD_HELLO_TIMEOUT_MS", default_value_t = server::DEFAULT_HELLO_TIMEOUT_MS)]
     hello_timeout_ms: u64,
+    /// Time for an HTTP request's whole body to arrive after its headers, ms; past it the
+    /// request gets 408 and the connection closes.
+    #[arg(long, env = "OJSD_BODY_TIMEOUT_MS", default_value_t = ojsd::http::body::DEFAULT_BODY_TIMEOUT_MS)]
+    body_timeout_ms: u64,
     /// A TCP connection without a worker id that sends nothing (and waits for no reply)
     /// this long is closed, ms; 0: never.
     #[arg(long, env = "OJSD_IDLE_TIMEOUT_MS", default_value_t = server::DEFAULT_IDLE_TIMEOUT_MS)]
     idle_timeout_ms: u64,
-    /// Failed HELLOs (wrong password) allowed per client address per
-    /// --auth-failure-window-ms; more are refused with RATE_LIMITED. 0: no limit.
+    /// Wrong passwords (a TCP HELLO's, an HTTP bearer token) allowed per client address
+    /// per --auth-failure-window-ms, counted across all listeners; more are refused with
+    /// RATE_LIMITED (HTTP: 429). 0: no limit.
     #[arg(long, env = "OJSD_MAX_AUTH_FAILURES", default_value_t = server::DEFAULT_MAX_AUTH_FAILURES)]
     max_auth_failures: u32,
     /// The window of --max-auth-failures, ms (the allowance refills evenly over it).
@@ -227,10 +237,34 @@ fn parse_args() -> Args {
     Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
+/// What clap cannot check flag by flag: values that must agree with each other.
+fn check_args(args: &Args) -> Result<(), String> {
+    if let Some(body) = args.max_body_bytes {
+        if body < args.max_job_bytes {
+            return Err(format!(
+                "--max-body-bytes ({body}) is smaller than --max-job-bytes ({}): a job \
+                 the server takes could not be sent over HTTP",
+                args.max_job_bytes
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `--max-body-bytes`, or its default for `--max-job-bytes`.
+fn max_body_bytes(args: &Args) -> usize {
+    args.max_body_bytes
+        .unwrap_or_else(|| ojsd::http::body::default_max_body_bytes(args.max_job_bytes))
+}
+
 fn main() {
     let mut args = parse_args();
     if let Some(cmd) = args.command.take() {
         std::process::exit(ojsd::cli::run(cmd));
+    }
+    if let Err(msg) = check_args(&args) {
+        // A usage error like clap's own (exit 2), before any port or data dir is touched.
+        clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{msg}\n")).exit()
     }
     let filter = log_filter(&args.log_level);
     tracing_subscriber::fmt()
@@ -319,6 +353,11 @@ fn run(args: Args) -> Result<(), String> {
     };
     let (handle, engine_thread) =
         engine::start(store, cfg).map_err(|e| format!("cannot start: {e}"))?;
+    // One allowance of wrong passwords per address for every listener (PROTOCOL.md §13.4).
+    let auth_failures = AuthLimiter::shared(
+        args.max_auth_failures,
+        Duration::from_millis(args.auth_failure_window_ms),
+    );
     let server_cfg = Arc::new(ServerConfig {
         password: args.password.clone(),
         max_line: args.max_line_bytes,
@@ -328,8 +367,7 @@ fn run(args: Args) -> Result<(), String> {
         max_handshaking: args.max_handshaking,
         hello_timeout: Duration::from_millis(args.hello_timeout_ms),
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-        max_auth_failures: args.max_auth_failures,
-        auth_failure_window: Duration::from_millis(args.auth_failure_window_ms),
+        auth_failures: auth_failures.clone(),
         tls: tls.as_ref().map(|t| t.tcp.clone()),
         dialect: server::Dialect::Ojs,
     });
@@ -350,6 +388,9 @@ fn run(args: Args) -> Result<(), String> {
                     handshake_timeout: Duration::from_millis(args.hello_timeout_ms),
                     tls: tls.as_ref().map(|t| t.http.clone()),
                     cors_origins: args.cors_origin.clone(),
+                    max_body_bytes: max_body_bytes(&args),
+                    body_timeout: Duration::from_millis(args.body_timeout_ms),
+                    auth_failures: auth_failures.clone(),
                 };
                 Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
             }

@@ -57,9 +57,9 @@ pub struct ServerConfig {
     /// A connection without a `wid` that sends nothing and waits for nothing this long is
     /// closed; zero: never.
     pub idle_timeout: Duration,
-    /// Failed HELLOs allowed per client address per `auth_failure_window`; 0: no limit.
-    pub max_auth_failures: u32,
-    pub auth_failure_window: Duration,
+    /// Wrong passwords per client address (`--max-auth-failures` per
+    /// `--auth-failure-window-ms`), shared with the other listeners.
+    pub auth_failures: Arc<AuthLimiter>,
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// Which command language this listener speaks.
     pub dialect: Dialect,
@@ -110,8 +110,10 @@ impl Default for ServerConfig {
             max_handshaking: DEFAULT_MAX_HANDSHAKING,
             hello_timeout: Duration::from_millis(DEFAULT_HELLO_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
-            max_auth_failures: DEFAULT_MAX_AUTH_FAILURES,
-            auth_failure_window: Duration::from_millis(DEFAULT_AUTH_FAILURE_WINDOW_MS),
+            auth_failures: AuthLimiter::shared(
+                DEFAULT_MAX_AUTH_FAILURES,
+                Duration::from_millis(DEFAULT_AUTH_FAILURE_WINDOW_MS),
+            ),
             tls: None,
             dialect: Dialect::Ojs,
         }
@@ -148,7 +150,7 @@ struct Shared {
     cfg: Arc<ServerConfig>,
     engine: EngineHandle,
     gate: Arc<Gate>,
-    auth: AuthLimiter,
+    auth: Arc<AuthLimiter>,
     /// Password checks running at once (each is thousands of SHA-256 rounds).
     hashing: Arc<Semaphore>,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -183,11 +185,7 @@ pub async fn accept_loop(listener: TcpListener, engine: EngineHandle, cfg: Arc<S
     let hashers = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
     let shared = Arc::new(Shared {
         gate: Gate::new(cfg.max_connections, cfg.max_handshaking),
-        auth: AuthLimiter::new(
-            cfg.max_auth_failures,
-            cfg.auth_failure_window,
-            limits::MAX_TRACKED_ADDRESSES,
-        ),
+        auth: cfg.auth_failures.clone(),
         hashing: Arc::new(Semaphore::new(hashers)),
         tls: cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from),
         last_refusal_log: AtomicU64::new(0),
@@ -383,7 +381,7 @@ async fn check_password(
         return Some(err(
             ErrorCode::RateLimited,
             &format!(
-                "too many failed HELLOs from {peer}; try again in {} s",
+                "too many wrong passwords from {peer}; try again in {} s",
                 wait.as_secs().max(1)
             ),
         ));

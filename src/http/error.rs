@@ -53,9 +53,12 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
 
-    /// Backend trouble and limits are worth retrying (ojs-errors §4.6, binding §16.3).
+    /// Backend trouble and limits are worth retrying (ojs-errors §4.6, binding §16.3), and
+    /// so is a request whose body came too slowly (408: nothing of it was done).
     pub fn retryable(&self) -> bool {
-        self.status.is_server_error() || self.status == StatusCode::TOO_MANY_REQUESTS
+        self.status.is_server_error()
+            || self.status == StatusCode::TOO_MANY_REQUESTS
+            || self.status == StatusCode::REQUEST_TIMEOUT
     }
 
     /// The `error` object itself, with the request id when one is known.
@@ -191,6 +194,10 @@ mod tests {
         assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
         let e = ApiError::from(OjsError::new(ErrorCode::QueueFull, "m"));
         assert!(e.retryable());
+        // A body that came too slowly (http::body): nothing was done, try again.
+        let e = ApiError::new(StatusCode::REQUEST_TIMEOUT, "REQUEST_TIMEOUT", "m");
+        assert!(e.retryable());
+        assert_eq!(e.body(None)["error"]["code"], "x_request_timeout");
     }
 
     #[test]

@@ -14,9 +14,11 @@
 //! | `POST /ojs/v1/workflows`, `GET`/`DELETE /ojs/v1/workflows/{id}` | workflows ([`workflows`]) |
 //!
 //! Every response carries `OJS-Version` and `X-Request-Id` (the client's, when it sent
-//! one); errors are JSON in the binding's shape ([`error`]).
+//! one); errors are JSON in the binding's shape ([`error`]). A request body is read whole
+//! and bounded ([`body`]) before its handler runs.
 
 pub mod admin;
+pub mod body;
 pub mod cors;
 pub mod cron;
 pub mod dashboard;
@@ -32,14 +34,17 @@ pub mod workflows;
 pub mod ws;
 
 use crate::engine::EngineHandle;
+use crate::server::limits::AuthLimiter;
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use error::ApiError;
+use hyper::body::Incoming;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -57,6 +62,9 @@ pub struct HttpConfig {
     /// The server's `--password`: when set, every route but health needs
     /// `Authorization: Bearer <password>`.
     pub password: Option<String>,
+    /// Wrong passwords per client address, shared with the TCP listeners
+    /// (`--max-auth-failures` per `--auth-failure-window-ms`).
+    pub auth_failures: Arc<AuthLimiter>,
     /// Connections at once (`--max-connections`, counted apart from the TCP listener's);
     /// past it a plain-HTTP client gets `503 TOO_MANY_CONNECTIONS`, a TLS one a closed socket.
     pub max_connections: usize,
@@ -67,6 +75,10 @@ pub struct HttpConfig {
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// `--cors-origin`: browser origins allowed to call the API (§20); empty = none.
     pub cors_origins: Vec<String>,
+    /// `--max-body-bytes`: the largest request body ([`body`]).
+    pub max_body_bytes: usize,
+    /// `--body-timeout-ms`: time for a request's whole body after its headers ([`body`]).
+    pub body_timeout: Duration,
 }
 
 impl Default for HttpConfig {
@@ -74,10 +86,18 @@ impl Default for HttpConfig {
         HttpConfig {
             keepalive: Duration::from_secs(15),
             password: None,
+            auth_failures: AuthLimiter::shared(
+                crate::server::DEFAULT_MAX_AUTH_FAILURES,
+                Duration::from_millis(crate::server::DEFAULT_AUTH_FAILURE_WINDOW_MS),
+            ),
             max_connections: crate::server::DEFAULT_MAX_CONNECTIONS,
             handshake_timeout: Duration::from_millis(crate::server::DEFAULT_HELLO_TIMEOUT_MS),
             tls: None,
             cors_origins: Vec::new(),
+            max_body_bytes: body::default_max_body_bytes(
+                crate::job::validate::DEFAULT_MAX_JOB_BYTES,
+            ),
+            body_timeout: Duration::from_millis(body::DEFAULT_BODY_TIMEOUT_MS),
         }
     }
 }
@@ -91,8 +111,17 @@ pub struct AppState {
 
 /// Every route, with the fallbacks and the header middleware.
 pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
-    let password = cfg.password.clone().map(Arc::<str>::from);
+    let guard = cfg.password.clone().map(|pw| {
+        Arc::new(Credentials {
+            password: pw.into(),
+            failures: cfg.auth_failures.clone(),
+        })
+    });
     let cors_origins: Arc<[String]> = cfg.cors_origins.clone().into();
+    let body_limits = body::BodyLimits {
+        max_bytes: cfg.max_body_bytes,
+        timeout: cfg.body_timeout,
+    };
     let state = AppState {
         engine,
         cfg: Arc::new(cfg),
@@ -126,8 +155,14 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+        // `body::read_whole` enforces --max-body-bytes before the extractors run.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        // Inside `auth`: a request refused for its credentials has its body never read.
         .layer(axum::middleware::from_fn(
-            move |req: Request, next: Next| auth(password.clone(), req, next),
+            move |req: Request, next: Next| body::read_whole(body_limits, req, next),
+        ))
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| auth(guard.clone(), req, next),
         ))
         .layer(axum::middleware::from_fn(dashboard::csrf_guard))
         .layer(axum::middleware::from_fn(
@@ -140,7 +175,8 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
 /// stops, their subscriptions failing with `BACKEND_UNAVAILABLE`).
 ///
 /// Its own accept loop rather than `axum::serve`, for what that does not offer: the
-/// connection cap, TLS, and a deadline on request headers (slow or idle clients).
+/// connection cap, TLS, and a deadline on request headers (slow or idle clients); the
+/// body's deadline is [`body`]'s.
 pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig) {
     let permits = Arc::new(Semaphore::new(
         cfg.max_connections.clamp(1, Semaphore::MAX_PERMITS),
@@ -175,9 +211,9 @@ pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig)
         tokio::spawn(async move {
             let _permit = permit;
             let result = match tls {
-                None => serve_connection(tcp, app, timeout).await,
+                None => serve_connection(tcp, peer, app, timeout).await,
                 Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => serve_connection(stream, app, timeout).await,
+                    Ok(Ok(stream)) => serve_connection(stream, peer, app, timeout).await,
                     Ok(Err(e)) => Err(e.into()),
                     Err(_) => Err("TLS handshake timed out".into()),
                 },
@@ -192,15 +228,21 @@ pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig)
 /// Bytes one HTTP connection buffers for reading and for writing.
 pub const CONNECTION_BUFFER: usize = 64 * 1024;
 
-/// HTTP/1.1 on one connection, upgrades (WebSocket) included.
+/// HTTP/1.1 on one connection, upgrades (WebSocket) included. Each request carries the
+/// peer's address (`ConnectInfo`), for the throttle on wrong credentials.
 async fn serve_connection<S>(
     io: S,
+    peer: SocketAddr,
     app: Router,
     header_timeout: Duration,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let app = tower::ServiceExt::map_request(app, move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        req
+    });
     let service = hyper_util::service::TowerToHyperService::new(app);
     hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -252,28 +294,80 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
+/// What a request needs with `--password` set, and the count of wrong ones per address.
+struct Credentials {
+    password: Box<str>,
+    failures: Arc<AuthLimiter>,
+}
+
 /// With a password configured, events and metrics (which carry job results and errors)
-/// are only for clients that present it; health stays open for load balancers.
-async fn auth(password: Option<Arc<str>>, req: Request, next: Next) -> Response {
-    if let Some(pw) = password {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        let open = req.uri().path() == "/ojs/v1/health" || dashboard::is_page(req.uri().path());
-        if !open && !crate::server::same(given, &pw) {
-            use axum::response::IntoResponse;
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "UNAUTHENTICATED",
-                "this server has a password: send Authorization: Bearer <password>",
-            )
-            .into_response();
+/// are only for clients that present it; health and the dashboard's pages stay open.
+///
+/// Wrong tokens count against the sender's address in the limiter the TCP HELLO uses, and
+/// an address out of allowance is refused with 429 before its token is looked at (a
+/// correct one too, as on TCP): without it one keep-alive connection tried 32,201 tokens
+/// in 5 s. A request with no `Authorization` header is refused without counting, since it
+/// guesses nothing (the dashboard asks for the password after such a 401). The token is
+/// compared in constant time without hashing, far cheaper than a HELLO's, so unlike
+/// TCP's check it needs no blocking thread.
+async fn auth(guard: Option<Arc<Credentials>>, req: Request, next: Next) -> Response {
+    use axum::response::IntoResponse;
+    let Some(guard) = guard else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    if path == "/ojs/v1/health" || dashboard::is_page(path) {
+        return next.run(req).await;
+    }
+    let ip = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let Some(ip) = ip {
+        if let Err(wait) = guard.failures.check(ip, std::time::Instant::now()) {
+            tracing::debug!(%ip, "HTTP request refused: too many wrong credentials");
+            return throttled(ip, wait);
         }
     }
+    let Some(given) = req.headers().get(header::AUTHORIZATION) else {
+        return unauthenticated().into_response();
+    };
+    let token = given
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !crate::server::same(token, &guard.password) {
+        if let Some(ip) = ip {
+            guard.failures.failed(ip, std::time::Instant::now());
+        }
+        return unauthenticated().into_response();
+    }
     next.run(req).await
+}
+
+fn unauthenticated() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "UNAUTHENTICATED",
+        "this server has a password: send Authorization: Bearer <password>",
+    )
+}
+
+/// 429 for an address out of its allowance of wrong credentials, with `Retry-After` in
+/// whole seconds (ojs-errors ERR-006): when its next try will be counted again.
+fn throttled(ip: IpAddr, wait: Duration) -> Response {
+    use axum::response::IntoResponse;
+    let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+    let mut resp = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "RATE_LIMITED",
+        format!("too many wrong credentials from {ip}; try again in {secs} s"),
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    resp
 }
 
 /// `OJS-Version` and `X-Request-Id` on every response (ojs-http-binding §6.5, §19), and

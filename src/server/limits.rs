@@ -121,9 +121,11 @@ impl Drop for Ticket {
     }
 }
 
-/// Failed HELLOs per client address, as token buckets: `burst` failures are allowed, and
-/// the allowance refills at `burst` per `window`. An address with no allowance left is
-/// refused before its password is checked. At most `cap` addresses are tracked; a full
+/// Failed credentials per client address, as token buckets: `burst` failures are allowed,
+/// and the allowance refills at `burst` per `window`. An address with no allowance left is
+/// refused before its password is checked. One limiter serves every listener (the OJS and
+/// Faktory TCP ports' HELLO, the HTTP bearer token), so an address cannot try its
+/// allowance once per front end. At most `cap` addresses are tracked; a full
 /// bucket is the same as no entry and is dropped, and when the map is full of live
 /// entries the least recently failed eighth is forgotten.
 pub struct AuthLimiter {
@@ -142,7 +144,27 @@ struct Bucket {
 /// How many client addresses the limiter remembers.
 pub const MAX_TRACKED_ADDRESSES: usize = 10_000;
 
+impl std::fmt::Debug for AuthLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthLimiter")
+            .field("burst", &self.burst)
+            .field("window", &self.window)
+            .field("tracked", &self.tracked())
+            .finish()
+    }
+}
+
 impl AuthLimiter {
+    /// The one limiter of a server: `--max-auth-failures` per `--auth-failure-window-ms`,
+    /// remembering at most [`MAX_TRACKED_ADDRESSES`].
+    pub fn shared(max_failures: u32, window: Duration) -> Arc<AuthLimiter> {
+        Arc::new(AuthLimiter::new(
+            max_failures,
+            window,
+            MAX_TRACKED_ADDRESSES,
+        ))
+    }
+
     /// `burst` of 0 turns the limiter off.
     pub fn new(burst: u32, window: Duration, cap: usize) -> AuthLimiter {
         AuthLimiter {
@@ -176,7 +198,7 @@ impl AuthLimiter {
         }
     }
 
-    /// `ip` sent a wrong password.
+    /// `ip` sent a wrong password (or bearer token).
     pub fn failed(&self, ip: IpAddr, now: Instant) {
         if self.burst <= 0.0 {
             return;
