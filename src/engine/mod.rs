@@ -355,6 +355,8 @@ pub struct Engine {
     /// Reads of the event log not answered yet: each iteration answers them for at most
     /// [`READ_BUDGET`], so thousands of subscribers paging cannot stall the commands.
     reads: VecDeque<events::Read>,
+    /// MUTATE and QUEUE PURGE under way, worked through in slices (`admin/bulk.rs`).
+    bulk: VecDeque<admin::Bulk>,
     /// Set when a job became available, so waiting FETCHes are worth another look.
     woke: bool,
     stats: Stats,
@@ -406,6 +408,7 @@ pub fn start(
         workers: Workers::default(),
         waiters: VecDeque::new(),
         reads: VecDeque::new(),
+        bulk: VecDeque::new(),
         woke: false,
         stats: Stats::default(),
         started: Instant::now(),
@@ -452,7 +455,7 @@ impl Engine {
 
     /// Time until the loop must wake on its own: a timer, a FETCH deadline, or a dead-worker sweep.
     fn wait_budget(&self) -> Duration {
-        if !self.reads.is_empty() {
+        if !self.reads.is_empty() || !self.bulk.is_empty() {
             return Duration::ZERO;
         }
         let mut budget = Duration::from_secs(1);
@@ -505,6 +508,7 @@ impl Engine {
                     Msg::Shutdown => stopping = true,
                 }
             }
+            self.run_bulk(&mut txn, stopping);
             self.unclaim_undelivered(&mut txn);
             self.run_timers(&mut txn);
             self.sample_overview();
@@ -660,14 +664,21 @@ impl Engine {
                 report,
             ))),
             Command::Info => Ok(answer_of(self.info())),
-            Command::Queue(q) => self.queue_cmd(txn, q, wid.as_ref()),
+            Command::Queue(q) => return self.queue_cmd(txn, q, wid.as_ref(), reply),
             Command::Workers => Ok(answer_of(self.worker_list())),
             Command::Jobs(q) => self.jobs_page(txn, &q).map(answer_of),
             Command::Overview => Ok(answer_of(self.overview())),
             Command::Cron(c) => self.cron_cmd(txn, c),
             Command::Workflow(w) => self.workflow_cmd(txn, w),
             Command::Dead(d) => self.dead_cmd(txn, d),
-            Command::Mutate(m) => self.mutate(txn, m).map(answer_of),
+            // Changing many jobs runs in slices and answers when done (admin/bulk.rs).
+            Command::Mutate(m) => match self.start_mutate(m) {
+                Ok((work, ids)) => {
+                    let bulk = admin::Bulk::new(admin::BulkWork::Mutate(work), ids, reply);
+                    return self.start_bulk(txn, bulk);
+                }
+                Err(e) => Err(e),
+            },
             Command::Flush => Ok(answer_of(self.flush(txn))),
             Command::Worker { wid, directive } => self.direct_worker(txn, &wid, directive).map(ok),
             Command::Progress {

@@ -1,15 +1,17 @@
 //! Heartbeats, INFO, the QUEUE command (pause/resume here; list, stats and purge in
 //! queues.rs) and worker directives. The dead-letter set is in dead.rs.
 
+mod bulk;
 mod dead;
 mod limits;
 mod mutate;
 mod overview;
 mod queues;
 
+pub(in crate::engine) use bulk::{Bulk, BulkWork};
 pub(in crate::engine) use overview::Overview;
 
-use crate::engine::api::{self, Answer};
+use crate::engine::api::{self, Answer, Answered};
 use crate::engine::events::job_data;
 use crate::engine::index::TimerKind;
 use crate::engine::txn::{Out, Txn};
@@ -21,6 +23,7 @@ use crate::protocol::command::{BeatReport, QueueCmd, WorkerDirective};
 use crate::store::Space;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use tokio::sync::oneshot;
 
 pub(in crate::engine) const PAUSED_PREFIX: &str = "paused/";
 pub(in crate::engine) use limits::LIMIT_PREFIX;
@@ -224,8 +227,9 @@ impl Engine {
         txn: &mut Txn,
         cmd: QueueCmd,
         actor: Option<&Arc<str>>,
-    ) -> OjsResult<Out> {
-        let reply = match cmd {
+        reply: oneshot::Sender<Answered>,
+    ) {
+        let answer = match cmd {
             QueueCmd::Pause(n) => self.pause_queues(txn, n, true, actor).map(|_| Answer::Ok),
             QueueCmd::Resume(n) => self.pause_queues(txn, n, false, actor).map(|_| Answer::Ok),
             QueueCmd::Remove(n) => self.queue_remove(txn, n),
@@ -233,13 +237,19 @@ impl Engine {
             QueueCmd::Latency(n) => self.queue_latency(txn, n),
             QueueCmd::List => Ok(self.queue_list()),
             QueueCmd::Stats(name) => self.queue_stats(txn, &name),
+            // Deleting many jobs runs in slices and answers when done (bulk.rs).
             QueueCmd::Purge {
                 queue,
                 states,
                 older_than,
-            } => self.queue_purge(txn, &queue, &states, older_than),
+            } => match self.start_purge(&queue, states, older_than) {
+                Ok((work, ids)) => {
+                    return self.start_bulk(txn, Bulk::new(BulkWork::Purge(work), ids, reply))
+                }
+                Err(e) => Err(e),
+            },
         };
-        Ok(Out::Answer(reply))
+        txn.reply(reply, Out::Answer(answer));
     }
 
     /// QUEUE PAUSE/RESUME: durable (a meta record per paused queue), announced with

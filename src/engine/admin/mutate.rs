@@ -35,12 +35,48 @@ fn compile_glob(pattern: &str) -> OjsResult<globset::GlobMatcher> {
         })
 }
 
+/// Most wildcards (`*`, `?`, `[`) in a `MUTATE` glob. The glob becomes a regular
+/// expression, whose cost per byte of every envelope it is matched against grows with its
+/// wildcards; Redis bounds its glob nesting for the same reason.
+pub const MAX_GLOB_WILDCARDS: usize = 32;
+
+/// A Redis-style glob checked against the bounds before it is compiled.
+fn bounded_glob(pattern: &str) -> OjsResult<globset::GlobMatcher> {
+    let wildcards = pattern
+        .bytes()
+        .filter(|b| matches!(b, b'*' | b'?' | b'['))
+        .count();
+    if wildcards > MAX_GLOB_WILDCARDS {
+        return Err(invalid(format!(
+            "filter regexp has {wildcards} wildcards; at most {MAX_GLOB_WILDCARDS} are allowed"
+        )));
+    }
+    compile_glob(pattern)
+}
+
+/// What a sliced MUTATE does to each job it looks at.
+pub(in crate::engine) struct MutateWork {
+    op: MutateOp,
+    set: JobSet,
+    job_type: Option<String>,
+    glob: Option<globset::GlobMatcher>,
+}
+
 impl Engine {
-    /// The ids of the jobs of `set` that `f` matches.
-    fn set_matches(&self, txn: &Txn, set: JobSet, f: &SetFilter) -> OjsResult<Vec<Uuid>> {
-        let state = set.state();
+    /// MUTATE, started: the filter checked and the candidates listed (the jobs of `set`,
+    /// or those of the listed ids); `bulk.rs` works through them in slices.
+    pub(in crate::engine) fn start_mutate(
+        &self,
+        m: MutateCmd,
+    ) -> OjsResult<(MutateWork, Vec<Uuid>)> {
+        let filter = match m.op {
+            MutateOp::Clear => SetFilter::default(),
+            _ => m.filter,
+        };
+        let glob = filter.pattern.as_deref().map(bounded_glob).transpose()?;
+        let state = m.set.state();
         let in_set = |id: &Uuid| self.index.jobs.get(id).is_some_and(|e| e.state == state);
-        let mut ids: Vec<Uuid> = match &f.ids {
+        let mut ids: Vec<Uuid> = match &filter.ids {
             // Unknown or malformed ids simply match nothing, as in Faktory.
             Some(list) => list
                 .iter()
@@ -57,66 +93,73 @@ impl Engine {
         };
         ids.sort_unstable();
         ids.dedup();
-        let glob = f.pattern.as_deref().map(compile_glob).transpose()?;
-        if f.job_type.is_none() && glob.is_none() {
-            return Ok(ids);
-        }
-        let mut kept = Vec::with_capacity(ids.len());
-        for id in ids {
-            let Some(job) = txn.job(self.store.as_ref(), id)? else {
-                continue;
-            };
-            if f.job_type.as_deref().is_some_and(|t| t != job.job_type) {
-                continue;
-            }
-            if let Some(g) = &glob {
-                let text = serde_json::to_string(&job).unwrap_or_default();
-                if !g.is_match(text.as_str()) {
-                    continue;
-                }
-            }
-            kept.push(id);
-        }
-        Ok(kept)
+        let work = MutateWork {
+            op: m.op,
+            set: m.set,
+            job_type: filter.job_type,
+            glob,
+        };
+        Ok((work, ids))
     }
 
-    /// MUTATE: `op` on the jobs of `set` its filter matches (`clear`: on the whole set).
-    pub(in crate::engine) fn mutate(&mut self, txn: &mut Txn, m: MutateCmd) -> OjsResult<Answer> {
-        let filter = match m.op {
-            MutateOp::Clear => SetFilter::default(),
-            _ => m.filter,
-        };
-        let ids = self.set_matches(txn, m.set, &filter)?;
-        let mut changed = 0usize;
-        for &uid in &ids {
-            let done = match (m.op, m.set) {
-                (MutateOp::Discard | MutateOp::Clear, _) => {
-                    self.delete_job(txn, uid);
-                    true
-                }
-                (MutateOp::Kill, JobSet::Dead) => false,
-                (MutateOp::Kill, _) => {
-                    self.kill(txn, uid)?;
-                    true
-                }
-                (MutateOp::Requeue, JobSet::Dead) => {
-                    self.dead_retry(txn, uid)?;
-                    true
-                }
-                (MutateOp::Requeue, _) => {
-                    self.make_available(txn, uid, Some(Component::Api))?;
-                    true
-                }
+    /// One candidate of a MUTATE: whether it (still) matches, and whether it changed.
+    pub(in crate::engine) fn mutate_one(
+        &mut self,
+        txn: &mut Txn,
+        w: &MutateWork,
+        uid: Uuid,
+    ) -> OjsResult<(bool, bool)> {
+        // Between slices a job may have left the set (run, retried, deleted).
+        if !self
+            .index
+            .jobs
+            .get(&uid)
+            .is_some_and(|e| e.state == w.set.state())
+        {
+            return Ok((false, false));
+        }
+        if w.job_type.is_some() || w.glob.is_some() {
+            let Some(job) = txn.job(self.store.as_ref(), uid)? else {
+                return Ok((false, false));
             };
-            changed += usize::from(done);
+            if w.job_type.as_deref().is_some_and(|t| t != job.job_type) {
+                return Ok((false, false));
+            }
+            if let Some(g) = &w.glob {
+                let text = serde_json::to_string(&job).unwrap_or_default();
+                if !g.is_match(text.as_str()) {
+                    return Ok((false, false));
+                }
+            }
         }
+        let changed = match (w.op, w.set) {
+            (MutateOp::Discard | MutateOp::Clear, _) => {
+                self.delete_job(txn, uid);
+                true
+            }
+            (MutateOp::Kill, JobSet::Dead) => false,
+            (MutateOp::Kill, _) => {
+                self.kill(txn, uid)?;
+                true
+            }
+            (MutateOp::Requeue, JobSet::Dead) => {
+                self.dead_retry(txn, uid)?;
+                true
+            }
+            (MutateOp::Requeue, _) => {
+                self.make_available(txn, uid, Some(Component::Api))?;
+                true
+            }
+        };
+        Ok((true, changed))
+    }
+
+    /// The answer of a finished MUTATE.
+    pub(in crate::engine) fn mutated(w: &MutateWork, matched: usize, changed: usize) -> Answer {
         if changed > 0 {
-            tracing::info!(op = ?m.op, set = ?m.set, changed, "jobs mutated");
+            tracing::info!(op = ?w.op, set = ?w.set, changed, "jobs mutated");
         }
-        Ok(Answer::Mutated(api::Mutated {
-            matched: ids.len(),
-            changed,
-        }))
+        Answer::Mutated(api::Mutated { matched, changed })
     }
 
     /// A scheduled or retrying job straight to the dead set.

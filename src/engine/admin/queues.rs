@@ -16,6 +16,14 @@ fn ms_to_ts(ms: i64) -> Option<String> {
     DateTime::from_timestamp_millis(ms).map(format_ts)
 }
 
+/// What a sliced QUEUE PURGE deletes.
+pub(in crate::engine) struct PurgeWork {
+    queue: String,
+    qid: QueueId,
+    states: Vec<State>,
+    older_than: Option<DateTime<Utc>>,
+}
+
 impl Engine {
     fn known_queue(&self, name: &str) -> OjsResult<QueueId> {
         if !crate::job::is_valid_queue(name) {
@@ -100,54 +108,77 @@ impl Engine {
         })
     }
 
-    /// QUEUE PURGE: delete the queue's jobs in `states` (the parser refuses `active`),
-    /// only those older than `older_than` when it is given: the terminal time of a
-    /// completed, cancelled or discarded job, the creation time of a waiting one.
-    pub(in crate::engine) fn queue_purge(
-        &mut self,
-        txn: &mut Txn,
+    /// QUEUE PURGE, started: the queue's jobs in `states` (the parser refuses `active`)
+    /// listed; `bulk.rs` deletes them in slices, only those older than `older_than` when
+    /// it is given: the terminal time of a completed, cancelled or discarded job, the
+    /// creation time of a waiting one.
+    pub(in crate::engine) fn start_purge(
+        &self,
         name: &str,
-        states: &[State],
+        states: Vec<State>,
         older_than: Option<DateTime<Utc>>,
-    ) -> OjsResult<Answer> {
+    ) -> OjsResult<(PurgeWork, Vec<uuid::Uuid>)> {
         let qid = self.known_queue(name)?;
-        let mut ids: Vec<uuid::Uuid> = self
+        let ids: Vec<uuid::Uuid> = self
             .index
             .jobs
             .iter()
             .filter(|(_, e)| e.queue == qid && states.contains(&e.state))
             .map(|(id, _)| *id)
             .collect();
-        if let Some(cut) = older_than {
-            let mut kept = Vec::with_capacity(ids.len());
-            for id in ids {
-                let Some(job) = txn.job(self.store.as_ref(), id)? else {
-                    continue;
-                };
-                let at = match job.state {
-                    State::Completed => job.completed_at,
-                    State::Cancelled => job.cancelled_at,
-                    State::Discarded => job.discarded_at,
-                    _ => None,
-                }
-                .unwrap_or(job.created_at);
-                if at < cut {
-                    kept.push(id);
-                }
-            }
-            ids = kept;
-        }
-        for id in &ids {
-            self.delete_job(txn, *id);
-        }
-        if !ids.is_empty() {
-            tracing::info!(queue = name, purged = ids.len(), "queue purged");
-        }
-        Ok(Answer::Purged(api::Purged {
+        let work = PurgeWork {
             queue: name.to_string(),
-            purged_count: ids.len(),
-            states: states.iter().map(|s| s.as_str()).collect(),
-        }))
+            qid,
+            states,
+            older_than,
+        };
+        Ok((work, ids))
+    }
+
+    /// One candidate of a QUEUE PURGE: deleted if it (still) matches.
+    pub(in crate::engine) fn purge_one(
+        &mut self,
+        txn: &mut Txn,
+        w: &PurgeWork,
+        id: uuid::Uuid,
+    ) -> OjsResult<bool> {
+        if !self
+            .index
+            .jobs
+            .get(&id)
+            .is_some_and(|e| e.queue == w.qid && w.states.contains(&e.state))
+        {
+            return Ok(false);
+        }
+        if let Some(cut) = w.older_than {
+            let Some(job) = txn.job(self.store.as_ref(), id)? else {
+                return Ok(false);
+            };
+            let at = match job.state {
+                State::Completed => job.completed_at,
+                State::Cancelled => job.cancelled_at,
+                State::Discarded => job.discarded_at,
+                _ => None,
+            }
+            .unwrap_or(job.created_at);
+            if at >= cut {
+                return Ok(false);
+            }
+        }
+        self.delete_job(txn, id);
+        Ok(true)
+    }
+
+    /// The answer of a finished QUEUE PURGE.
+    pub(in crate::engine) fn purged(w: &PurgeWork, purged: usize) -> Answer {
+        if purged > 0 {
+            tracing::info!(queue = %w.queue, purged, "queue purged");
+        }
+        Answer::Purged(api::Purged {
+            queue: w.queue.clone(),
+            purged_count: purged,
+            states: w.states.iter().map(|s| s.as_str()).collect(),
+        })
     }
 
     /// WORKERS: every worker the engine knows (connected, or holding jobs until its
