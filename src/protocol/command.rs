@@ -311,9 +311,9 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
     let upper = verb.to_ascii_uppercase();
     match upper.as_str() {
         "" => Err(malformed("empty command line")),
-        "HELLO" => Ok(Command::Hello(Value::Object(json_object(
+        "HELLO" => Ok(Command::Hello(super::hello::check(json_object(
             "HELLO", payload,
-        )?))),
+        )?)?)),
         "PUSH" => {
             let job = json_payload("PUSH", payload)?;
             Ok(Command::Push {

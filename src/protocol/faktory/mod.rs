@@ -81,7 +81,9 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
     };
     let plain = |c| Ok((c, Render::Plain));
     match verb {
-        "HELLO" => plain(Command::Hello(Value::Object(object("HELLO", payload)?))),
+        "HELLO" => plain(Command::Hello(crate::protocol::hello::check(object(
+            "HELLO", payload,
+        )?)?)),
         "END" => plain(Command::End),
         "PUSH" => {
             let job = to_ojs_job(object("PUSH", payload)?)?;

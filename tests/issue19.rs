@@ -1,0 +1,113 @@
+//! Issue 19, over real sockets on both TCP dialects and HTTP: D8 (HELLO fields accepted
+//! whatever their type), D9 (Faktory names limited after their escaping, jids not at
+//! all), D5 (jobs of a connection without a `wid` held until their visibility timeout
+//! after it closed) and D6 (ownership bypassed through another front end).
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// A raw connection to either port, greeted (`+HI`) but not past HELLO.
+struct Raw {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Raw {
+    fn open(addr: &str) -> Raw {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut c = Raw {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        };
+        let hi = c.line();
+        assert!(hi.starts_with("+HI "), "{hi}");
+        c
+    }
+
+    /// Greeted and past a HELLO with this payload.
+    fn hello(addr: &str, hello: Value) -> Raw {
+        let mut c = Raw::open(addr);
+        assert_eq!(c.call(&format!("HELLO {hello}")), "+OK");
+        c
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).expect("read");
+        l.trim_end().to_string()
+    }
+
+    /// One command; a bulk reply is returned as its payload, anything else as its line.
+    fn call(&mut self, cmd: &str) -> String {
+        self.w.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+        let first = self.line();
+        match first.strip_prefix('$') {
+            Some("-1") => "$-1".to_string(),
+            Some(_) => self.line(),
+            None => first,
+        }
+    }
+}
+
+fn start() -> Server {
+    Server::start_with(&["--faktory-listen", "127.0.0.1:0"])
+}
+
+#[test]
+fn d8_hello_fields_of_the_wrong_type_are_refused_on_both_ports() {
+    let s = start();
+    for (hello, field) in [
+        (
+            json!({"v": "x", "wid": 7}),
+            "v must be a supported protocol version",
+        ),
+        (json!({"v": 999}), "v must be a supported protocol version"),
+        (
+            json!({"v": 2, "wid": ["a"]}),
+            "wid must be a non-empty string",
+        ),
+        (json!({"v": 2, "wid": ""}), "wid must be a non-empty string"),
+        (
+            json!({"v": 2, "wid": "w".repeat(300)}),
+            "wid must be a non-empty string",
+        ),
+        (
+            json!({"labels": "notalist", "pid": 1}),
+            "labels must be an array of",
+        ),
+        (json!({"labels": [], "pid": "x"}), "pid must be an integer"),
+        (json!({"v": 2, "hostname": 1}), "hostname must be a string"),
+    ] {
+        let mut ojs = Raw::open(&s.addr);
+        let e = ojs.call(&format!("HELLO {hello}"));
+        assert!(
+            e.starts_with("-ERR MALFORMED_COMMAND HELLO: ") && e.contains(field),
+            "OJS port, {hello}: {e}"
+        );
+        // Refused, not half-accepted: the connection is still before HELLO.
+        assert!(ojs.call("INFO").starts_with("-ERR HELLO_REQUIRED"));
+        let mut fak = Raw::open(&s.faktory_addr);
+        let e = fak.call(&format!("HELLO {hello}"));
+        assert!(
+            e.starts_with("-ERR HELLO: ") && e.contains(field),
+            "Faktory port, {hello}: {e}"
+        );
+    }
+    // What the real clients send is accepted (faktory-rs, faktory_worker_node and the
+    // Python libraries: hostname, wid, pid, labels, v; ojs_client the same).
+    let real = json!({"hostname": "host-1", "wid": "6c9f1b2a7d3e", "pid": 4242,
+        "labels": ["rust", "golang-compat"], "v": 2});
+    Raw::hello(&s.addr, real.clone());
+    let mut fak = Raw::hello(&s.faktory_addr, real);
+    // And a worker is a worker: its BEAT is answered as one.
+    assert_eq!(fak.call(r#"BEAT {"wid":"6c9f1b2a7d3e"}"#), "+OK");
+    let mut c = s.client();
+    let workers = call_json(&mut c, "WORKERS");
+    assert!(workers.to_string().contains("6c9f1b2a7d3e"), "{workers}");
+}
