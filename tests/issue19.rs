@@ -111,3 +111,64 @@ fn d8_hello_fields_of_the_wrong_type_are_refused_on_both_ports() {
     let workers = call_json(&mut c, "WORKERS");
     assert!(workers.to_string().contains("6c9f1b2a7d3e"), "{workers}");
 }
+
+#[test]
+fn d9_faktory_names_are_limited_as_written_and_jids_are_bounded() {
+    let mut s = start();
+    let mut f = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "w-d9"}));
+    // The longest names, all capitals (three bytes each once escaped): accepted, stored,
+    // fetched back byte for byte, also after a restart.
+    let queue = "Q".repeat(128);
+    let jobtype = "T".repeat(255);
+    let job = json!({"jid": "long-names-1", "jobtype": jobtype, "queue": queue, "args": []});
+    assert_eq!(f.call(&format!("PUSH {job}")), "+OK");
+    let info: Value = serde_json::from_str(&f.call("INFO")).unwrap();
+    assert_eq!(info["faktory"]["queues"][&queue], 1, "{info}");
+    drop(f);
+    s.restart();
+    let mut f = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "w-d9"}));
+    let got: Value = serde_json::from_str(&f.call(&format!("FETCH {queue}"))).unwrap();
+    assert_eq!(
+        (&got["jid"], &got["jobtype"], &got["queue"]),
+        (&json!("long-names-1"), &json!(jobtype), &json!(queue))
+    );
+    assert_eq!(f.call(r#"ACK {"jid":"long-names-1"}"#), "+OK");
+    // One byte more is refused, naming the limit.
+    for (job, says) in [
+        (
+            json!({"jid": "long-names-2", "jobtype": "T", "queue": "Q".repeat(129), "args": []}),
+            "is 129 bytes; the limit is 128",
+        ),
+        (
+            json!({"jid": "long-names-3", "jobtype": "T".repeat(256), "args": []}),
+            "is 256 bytes; the limit is 255",
+        ),
+    ] {
+        let e = f.call(&format!("PUSH {job}"));
+        assert!(e.starts_with("-ERR ") && e.contains(says), "{e}");
+    }
+    let e = f.call(&format!("FETCH {}", "Q".repeat(129)));
+    assert!(e.contains("the limit is 128"), "{e}");
+    // jids: 255 bytes go in; a megabyte, 256 bytes or a space do not.
+    let ok = "j".repeat(255);
+    let push = |jid: &str| json!({"jid": jid, "jobtype": "J", "args": []}).to_string();
+    assert_eq!(f.call(&format!("PUSH {}", push(&ok))), "+OK");
+    for bad in [
+        "j".repeat(1 << 20),
+        "j".repeat(256),
+        "has a space".to_string(),
+    ] {
+        let e = f.call(&format!("PUSH {}", push(&bad)));
+        assert!(
+            e.starts_with("-ERR jid must be a non-empty string of at most 255 bytes"),
+            "{e:.200}"
+        );
+        let e = f.call(&format!("ACK {}", json!({ "jid": bad })));
+        assert!(e.starts_with("-ERR ACK: jid must be"), "{e:.200}");
+    }
+    let mut c = s.client();
+    assert_eq!(
+        state_of(&mut c, &ojsd::protocol::faktory::ojs_id(&ok)),
+        "available"
+    );
+}
