@@ -172,3 +172,96 @@ fn d9_faktory_names_are_limited_as_written_and_jids_are_bounded() {
         "available"
     );
 }
+
+fn post(addr: &str, path: &str, body: Value) -> (u16, Value) {
+    let r = common::http::send(addr, "POST", path, &body.to_string());
+    (r.status, r.json())
+}
+
+/// PUSH an OJS job to `queue` and let worker `w` fetch it; its id.
+fn held_by(c: &mut ojs_client::Client, w: &mut ojs_client::Client, queue: &str) -> String {
+    let id = push_id(c, &json!({"type": "t.d6", "queue": queue, "args": []}));
+    assert_eq!(id_of(&fetch_one(w, queue)), id);
+    id
+}
+
+#[test]
+fn d6_one_ownership_rule_for_every_front_end() {
+    let s = start();
+    let mut c = s.client();
+    let mut owner = s.worker("ojs-owner");
+
+    // 1. The Faktory port may not complete a job an OJS worker holds: not from another
+    // worker, not from a connection without a wid. The owner's own ACK still works.
+    let id = held_by(&mut c, &mut owner, "d6a");
+    let ack = format!("ACK {}", json!({ "jid": id }));
+    for hello in [json!({"v": 2, "wid": "fk-other"}), json!({"v": 2})] {
+        let mut f = Raw::hello(&s.faktory_addr, hello.clone());
+        let e = f.call(&ack);
+        assert!(
+            e.starts_with("-ERR ") && e.contains("is reserved by worker ojs-owner"),
+            "{hello}: {e}"
+        );
+        let fail = format!(
+            "FAIL {}",
+            json!({"jid": id, "errtype": "E", "message": "m"})
+        );
+        assert!(f.call(&fail).contains("is reserved by worker ojs-owner"));
+    }
+    assert_eq!(state_of(&mut c, &id), "active");
+    owner.ack(&id, None).expect("the owner's ACK");
+    assert_eq!(state_of(&mut c, &id), "completed");
+    // Faktory's ACK by jid from another connection of the same worker id is its holder's.
+    let mut f1 = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "fk-w"}));
+    let mut f2 = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "fk-w"}));
+    let push = json!({"jid": "d6-same-wid-1", "jobtype": "J", "args": [], "queue": "d6f"});
+    assert_eq!(f1.call(&format!("PUSH {push}")), "+OK");
+    let got: Value = serde_json::from_str(&f1.call("FETCH d6f")).unwrap();
+    assert_eq!(got["jid"], "d6-same-wid-1");
+    assert_eq!(f2.call(r#"ACK {"jid":"d6-same-wid-1"}"#), "+OK");
+
+    // 2. An HTTP NACK (or ACK) that names no worker is not its holder's: 409 NOT_OWNER.
+    let id = held_by(&mut c, &mut owner, "d6b");
+    let nack = json!({"job_id": id, "error": {"code": "e", "message": "m"}});
+    for (path, body) in [
+        ("/ojs/v1/workers/nack", nack.clone()),
+        ("/ojs/v1/workers/ack", json!({ "job_id": id })),
+    ] {
+        let (status, body) = post(&s.http_addr, path, body);
+        assert_eq!(
+            (status, &body["error"]["details"]["ojs_code"]),
+            (409, &json!("NOT_OWNER")),
+            "{path}: {body}"
+        );
+    }
+    assert_eq!(state_of(&mut c, &id), "active");
+    let mut named = nack;
+    named["worker_id"] = json!("ojs-owner");
+    let (status, body) = post(&s.http_addr, "/ojs/v1/workers/nack", named);
+    assert_eq!(
+        (status, &body["state"]),
+        (200, &json!("retryable")),
+        "{body}"
+    );
+    // The OJS port refuses it the same way.
+    let id = held_by(&mut c, &mut owner, "d6c");
+    let mut other = s.worker("ojs-other");
+    let e = other.ack(&id, None).unwrap_err().to_string();
+    assert!(e.contains("NOT_OWNER"), "{e}");
+
+    // 3. A Faktory ACK of a job never fetched is an error, not +OK, and changes nothing.
+    let mut f = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "fk-w"}));
+    let push = json!({"jid": "d6-never-fetched", "jobtype": "J", "args": [], "queue": "d6n"});
+    assert_eq!(f.call(&format!("PUSH {push}")), "+OK");
+    let e = f.call(r#"ACK {"jid":"d6-never-fetched"}"#);
+    assert!(
+        e.starts_with("-ERR ") && e.contains("ACK needs a job that is active"),
+        "{e}"
+    );
+    let never = ojsd::protocol::faktory::ojs_id("d6-never-fetched");
+    assert_eq!(state_of(&mut c, &never), "available");
+    assert_eq!(
+        f.call(r#"ACK {"jid":"d6-never-pushed"}"#),
+        "-ERR Job not found"
+    );
+}

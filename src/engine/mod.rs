@@ -598,15 +598,15 @@ impl Engine {
             Command::Ack {
                 id,
                 result,
-                any_holder,
-            } => self.ack(txn, wid.as_ref(), &id, result, any_holder).map(ok),
+                handed_out,
+            } => self.ack(txn, wid.as_ref(), &id, result, handed_out).map(ok),
             Command::Fail {
                 id,
                 error,
-                any_holder,
+                handed_out,
                 requeue,
             } => self
-                .fail(txn, wid.as_ref(), &id, error, any_holder, requeue)
+                .fail(txn, wid.as_ref(), &id, error, handed_out, requeue)
                 .map(ok),
             Command::Cancel { id } => self.cancel(txn, &id, wid.as_ref()).map(ok),
             Command::Activate { id } => self.activate(txn, &id).map(ok),

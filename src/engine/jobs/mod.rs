@@ -304,7 +304,9 @@ impl Engine {
         Ok(uid)
     }
 
-    /// ojs-core §7.3: only the worker holding a reservation may settle it.
+    /// ojs-core §7.3: only the worker holding a reservation may settle it, from whichever
+    /// front end; a caller that names no worker (a connection without a `wid`, HTTP without
+    /// `worker_id`) may settle only a job no worker holds by name (PROTOCOL.md §5.2).
     fn check_holder(
         &self,
         uid: Uuid,
@@ -315,7 +317,7 @@ impl Engine {
             if wid != Some(owner) {
                 let caller = wid
                     .map(|w| format!("worker {w}"))
-                    .unwrap_or_else(|| "a connection without a wid".into());
+                    .unwrap_or_else(|| "a caller that names no worker".into());
                 return Err(OjsError::new(
                     ErrorCode::NotOwner,
                     format!("job {uid} is reserved by worker {owner}, not {caller}"),
@@ -325,23 +327,22 @@ impl Engine {
         Ok(())
     }
 
-    /// `active_job`, and with `any_holder` whoever holds the reservation.
-    ///
-    /// With `any_holder`, a job that was handed out and is `available` again only because
-    /// the server restarted (or its worker was declared dead) in the meantime may be
-    /// settled too: Faktory keeps reservations across restarts, so its workers ACK by jid
-    /// after one (PROTOCOL.md §15).
+    /// `active_job`, and with `handed_out` also a job that was handed out and is
+    /// `available` again only because the server restarted (or its reservation was lost)
+    /// in the meantime: Faktory keeps reservations across restarts, so its workers ACK by
+    /// jid after one (PROTOCOL.md §15). Never a job that was not handed out yet, and an
+    /// active job only by its holder, as everywhere.
     fn active_job_held(
         &self,
         txn: &Txn,
         id: &str,
         wid: Option<&Arc<str>>,
         op: &str,
-        any_holder: bool,
+        handed_out: bool,
     ) -> OjsResult<Uuid> {
         let uid = parse_id(id)?;
         let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
-        if any_holder && e.state == State::Available {
+        if handed_out && e.state == State::Available {
             let delivered = txn
                 .job(self.store.as_ref(), uid)?
                 .is_some_and(|j| j.attempt > 0);
@@ -349,13 +350,7 @@ impl Engine {
                 return Ok(uid);
             }
         }
-        if e.state != State::Active {
-            return Err(wrong_state(uid, e.state, op, "active"));
-        }
-        if !any_holder {
-            self.check_holder(uid, e.worker.as_ref(), wid)?;
-        }
-        Ok(uid)
+        self.active_job(id, wid, op)
     }
 
     fn release(&mut self, id: Uuid) {
@@ -370,9 +365,9 @@ impl Engine {
         wid: Option<&Arc<str>>,
         id: &str,
         result: Option<Value>,
-        any_holder: bool,
+        handed_out: bool,
     ) -> OjsResult<()> {
-        let uid = self.active_job_held(txn, id, wid, "ACK", any_holder)?;
+        let uid = self.active_job_held(txn, id, wid, "ACK", handed_out)?;
         if let Some(r) = &result {
             let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0);
             if size > self.cfg.limits.max_job_bytes {
@@ -431,10 +426,10 @@ impl Engine {
         wid: Option<&Arc<str>>,
         id: &str,
         error: Value,
-        any_holder: bool,
+        handed_out: bool,
         requeue: bool,
     ) -> OjsResult<()> {
-        let uid = self.active_job_held(txn, id, wid, "FAIL", any_holder)?;
+        let uid = self.active_job_held(txn, id, wid, "FAIL", handed_out)?;
         self.stats.failed += 1;
         self.release(uid);
         let how = if requeue {

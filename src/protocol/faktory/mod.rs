@@ -29,7 +29,7 @@ mod tests;
 pub enum Render {
     /// `+OK` or an error.
     Plain,
-    /// ACK: `+OK` even for an unknown or finished jid, as Faktory does.
+    /// ACK: `+OK`, or the error (unknown jid, a job that is not active, another worker's).
     Ack,
     /// FETCH: the job in Faktory's shape, or a null bulk.
     Fetch,
@@ -111,7 +111,7 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
             let ack = Command::Ack {
                 id: ojs_id(&jid_field("ACK", &obj)?),
                 result: None,
-                any_holder: true,
+                handed_out: true,
             };
             Ok((ack, Render::Ack))
         }
@@ -170,7 +170,7 @@ fn fail(obj: Map<String, Value>) -> OjsResult<Command> {
     Ok(Command::Fail {
         id: ojs_id(&jid),
         error: crate::protocol::command::fail_error(&flat)?,
-        any_holder: true,
+        handed_out: true,
         requeue: false,
     })
 }
@@ -300,15 +300,7 @@ fn queue(payload: &str) -> OjsResult<(Command, Render)> {
 /// A typed answer as a Faktory reply.
 pub fn render(how: Render, a: Answered) -> Reply {
     match (how, a) {
-        (Render::Ack, Err(e))
-            if matches!(
-                e.code,
-                ErrorCode::NotFound | ErrorCode::InvalidStateTransition
-            ) =>
-        {
-            Reply::Ok
-        }
-        (Render::Plain, Err(e)) if e.code == ErrorCode::NotFound => {
+        (Render::Plain | Render::Ack, Err(e)) if e.code == ErrorCode::NotFound => {
             Reply::Error(OjsError::new(e.code, "Job not found"))
         }
         (_, Err(e)) => Reply::Error(e),
