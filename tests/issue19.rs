@@ -265,3 +265,61 @@ fn d6_one_ownership_rule_for_every_front_end() {
         "-ERR Job not found"
     );
 }
+
+/// `FETCH <queue> COUNT 1000` on a raw command line: the jobs' ids.
+fn fetch_many(c: &mut ojs_client::Client, queue: &str) -> Vec<String> {
+    match c.call(&format!("FETCH {queue} COUNT 1000")).expect("FETCH") {
+        ojs_client::Reply::Bulk(b) => {
+            let jobs: Vec<Value> = serde_json::from_slice(&b).expect("jobs");
+            ids_of(&jobs)
+        }
+        ojs_client::Reply::Null => Vec::new(),
+        other => panic!("FETCH COUNT: {other:?}"),
+    }
+}
+
+#[test]
+fn d5_jobs_of_a_connection_without_a_wid_go_back_when_it_closes() {
+    let s = start();
+    let mut c = s.client();
+    let job = json!({"type": "t.d5", "queue": "grab", "args": []});
+    for _ in 0..2 {
+        let batch: Vec<Value> = (0..1000).map(|_| job.clone()).collect();
+        c.call(&format!("PUSHB {}", Value::Array(batch)))
+            .expect("PUSHB");
+    }
+    let mut grabber = s.client();
+    let mut held = fetch_many(&mut grabber, "grab");
+    held.extend(fetch_many(&mut grabber, "grab"));
+    assert_eq!(held.len(), 2000);
+    assert_eq!(c.info().unwrap()["queues"]["grab"]["active"], 2000);
+    drop(grabber);
+    // Another client gets the same jobs within a second or two, not after 1800 s.
+    let mut other = s.client();
+    let mut again: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while again.len() < 2000 && std::time::Instant::now() < deadline {
+        again.extend(fetch_many(&mut other, "grab"));
+    }
+    again.sort();
+    held.sort();
+    assert_eq!(again, held, "every job came back, and only those");
+    // The attempt counted (PROTOCOL.md §5.4), with the reason in the job's errors.
+    let j = c.job(&held[0]).unwrap();
+    assert_eq!((&j["state"], &j["attempt"]), (&json!("active"), &json!(2)));
+    assert_eq!(j["errors"][0]["type"], "connection_closed", "{j}");
+
+    // A worker (with a wid) keeps today's semantics: its jobs wait for its heartbeats.
+    let id = push_id(
+        &mut c,
+        &json!({"type": "t.d5", "queue": "kept", "args": []}),
+    );
+    let mut w = s.worker("w-d5");
+    assert_eq!(id_of(&fetch_one(&mut w, "kept")), id);
+    drop(w);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(state_of(&mut c, &id), "active");
+    let mut w = s.worker("w-d5");
+    w.ack(&id, None)
+        .expect("its worker's ACK after a reconnect");
+}

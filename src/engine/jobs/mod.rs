@@ -8,6 +8,7 @@ use crate::engine::events::job_data;
 use crate::engine::index::{Entry, TimerKind};
 use crate::engine::metrics::Observe;
 use crate::engine::txn::Txn;
+use crate::engine::workers::Holder;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
@@ -163,11 +164,12 @@ impl Engine {
         self.overview.pushed(now);
     }
 
-    /// Claim up to `count` jobs, queues in the given order, best job first within a queue.
+    /// Claim up to `count` jobs for `by`, queues in the given order, best job first within
+    /// a queue.
     pub(in crate::engine) fn fetch(
         &mut self,
         txn: &mut Txn,
-        wid: Option<&Arc<str>>,
+        by: Holder<'_>,
         queues: &[String],
         count: usize,
     ) -> OjsResult<Vec<Uuid>> {
@@ -208,7 +210,7 @@ impl Engine {
                 let res = if expired {
                     self.expire(txn, id).map(|_| false)
                 } else {
-                    self.claim(txn, id, wid)
+                    self.claim(txn, id, by)
                 };
                 match res {
                     Err(e) => {
@@ -239,7 +241,8 @@ impl Engine {
 
     /// Claim an available job for a FETCH; `false` when its `rate_limit` key is at its
     /// limit (the job is left as it was).
-    fn claim(&mut self, txn: &mut Txn, id: Uuid, wid: Option<&Arc<str>>) -> OjsResult<bool> {
+    fn claim(&mut self, txn: &mut Txn, id: Uuid, by: Holder<'_>) -> OjsResult<bool> {
+        let wid = by.wid();
         let now = self.now;
         let now_ms = self.now_ms();
         // Looked at, not touched: a job passed over is not written back.
@@ -278,8 +281,10 @@ impl Engine {
         if let Some(e) = self.index.jobs.get_mut(&id) {
             e.worker = wid.cloned();
         }
-        if let Some(w) = wid {
-            self.workers.hold(w, id);
+        match by {
+            Holder::Worker(w) => self.workers.hold(w, id),
+            Holder::Conn(c) => self.conn_holds.hold(c, id),
+            Holder::Nobody => {}
         }
         if let Some(p) = &limit {
             self.index.key_started(id, p, now_ms);
@@ -354,6 +359,7 @@ impl Engine {
     }
 
     fn release(&mut self, id: Uuid) {
+        self.conn_holds.release(id);
         if let Some(w) = self.index.jobs.get_mut(&id).and_then(|e| e.worker.take()) {
             self.workers.release(&w, id);
         }
@@ -452,7 +458,8 @@ impl Engine {
         how: Ended,
         from: Component<'_>,
     ) -> OjsResult<()> {
-        let lost = how == Ended::Lost;
+        // No verdict came: the policy's error filters and `retryable` do not apply.
+        let lost = matches!(how, Ended::Lost | Ended::Closed);
         let now = self.now;
         let now_ms = self.now_ms();
         let sample: f64 = rand::random();
@@ -462,12 +469,12 @@ impl Engine {
         let faktory = job.retry.backoff_strategy == BackoffStrategy::Faktory;
         let delete_when_exhausted = job.retry.on_exhaustion == OnExhaustion::Delete;
         let mut error = error;
-        if let (true, Value::Object(m)) = (lost && faktory, &mut error) {
+        if let (true, Value::Object(m)) = (how == Ended::Lost && faktory, &mut error) {
             m.insert("type".into(), json!("ReservationExpired"));
         }
         // Straight back to `available` (when a retry is allowed): a lost reservation outside
-        // Faktory's rules, or a FAIL that asked to be requeued.
-        let immediate = (lost && !faktory) || how == Ended::Requeue;
+        // Faktory's rules, a FAIL that asked to be requeued, or a closed connection's job.
+        let immediate = (lost && !faktory) || matches!(how, Ended::Requeue | Ended::Closed);
         let not_retryable = error.get("retryable") == Some(&Value::Bool(false));
         let duration_ms = job.started_at.map(|t| (now - t).num_milliseconds());
         let etype = error
@@ -577,6 +584,7 @@ impl Engine {
     }
 
     pub(in crate::engine) fn delete_job(&mut self, txn: &mut Txn, uid: Uuid) {
+        self.conn_holds.release(uid);
         if let Some(e) = self.index.remove(uid) {
             if let Some(w) = e.worker {
                 self.workers.release(&w, uid);
@@ -705,4 +713,8 @@ enum Ended {
     Requeue,
     /// No ACK or FAIL came (visibility timeout, dead worker).
     Lost,
+    /// The connection without a worker id that fetched it closed before ACK or FAIL: the
+    /// attempt counts, and the job is back in its queue at once when the policy allows
+    /// another, under every backoff strategy (PROTOCOL.md §5.4).
+    Closed,
 }
