@@ -473,7 +473,15 @@ where
     if let Some(w) = &wid {
         engine.register_worker(w.clone(), hello.clone());
     }
-    framed.send(Reply::Ok).await?;
+    // Without a worker id there are no heartbeats to keep a reservation: the connection
+    // itself holds the jobs it fetches, and they go back to their queues when it closes.
+    let conn = wid.is_none().then(|| engine.connection_id());
+    if let Err(e) = framed.send(Reply::Ok).await {
+        if let Some(w) = wid {
+            engine.disconnect_worker(w);
+        }
+        return Err(e);
+    }
     let framed = framed.map_codec(|_| LineCodec::new(cfg.max_line).with_bare_errors(faktory));
 
     let (mut sink, mut lines) = framed.split();
@@ -614,9 +622,10 @@ where
             Ok(Command::Hello(_)) => {
                 Pending::Ready(err(ErrorCode::MalformedCommand, "HELLO was already sent"))
             }
-            Ok(cmd @ Command::Fetch { .. }) => {
-                Pending::Fetch(engine.submit(wid.clone(), cmd, line_len).await, render)
-            }
+            Ok(cmd @ Command::Fetch { .. }) => Pending::Fetch(
+                engine.submit_on(conn, wid.clone(), cmd, line_len).await,
+                render,
+            ),
             Ok(cmd) => Pending::Wait(engine.submit(wid.clone(), cmd, line_len).await, render),
             Err(e) => Pending::Ready(Reply::Error(e)),
         };
@@ -629,7 +638,13 @@ where
     if let Some(w) = wid {
         engine.disconnect_worker(w);
     }
-    match writer.await {
+    let written = writer.await;
+    // Only now: every FETCH reply was written or dropped, so the engine has either
+    // registered the claim (and puts it back now) or sees the reply undelivered.
+    if let Some(c) = conn {
+        engine.connection_closed(c);
+    }
+    match written {
         Ok(r) => r,
         Err(e) => Err(std::io::Error::other(e)),
     }

@@ -97,10 +97,14 @@ fn push_fetch_ack_round_trip_faktory_names_and_fields() {
     );
     assert_eq!(c.call(r#"ACK {"jid":"abcdefgh1234"}"#), "+OK");
     assert_eq!(common::state_of(&mut o, &id), "completed");
-    // ACK of an unknown or finished jid is still +OK, from any connection.
+    // ACK of a finished or unknown jid is an error (PROTOCOL.md §5.2), from any connection.
     let mut other = Conn::open(&s.faktory_addr, None);
-    assert_eq!(other.call(r#"ACK {"jid":"abcdefgh1234"}"#), "+OK");
-    assert_eq!(other.call(r#"ACK {"jid":"never-pushed-1"}"#), "+OK");
+    let e = other.call(r#"ACK {"jid":"abcdefgh1234"}"#);
+    assert!(e.starts_with("-ERR ") && e.contains("is completed"), "{e}");
+    assert_eq!(
+        other.call(r#"ACK {"jid":"never-pushed-1"}"#),
+        "-ERR Job not found"
+    );
     assert_eq!(c.call("END"), "");
 }
 
@@ -193,12 +197,13 @@ fn ack_by_jid_after_kill_9() {
     assert_eq!(c.json("FETCH default")["jid"], "survivor-456");
     assert_eq!(c.call(r#"ACK {"jid":"survivor-456"}"#), "+OK");
     assert_eq!(common::state_of(&mut o, &id("survivor-456")), "completed");
-    // A job never handed out is not completed by an ACK: +OK, and it stays available.
+    // A job never handed out is not completed by an ACK: an error, and it stays available.
     assert_eq!(
         c.call(r#"PUSH {"jid":"never-fetched-1","jobtype":"K","args":[]}"#),
         "+OK"
     );
-    assert_eq!(c.call(r#"ACK {"jid":"never-fetched-1"}"#), "+OK");
+    let e = c.call(r#"ACK {"jid":"never-fetched-1"}"#);
+    assert!(e.starts_with("-ERR ") && e.contains("is available"), "{e}");
     assert_eq!(
         common::state_of(&mut o, &id("never-fetched-1")),
         "available"

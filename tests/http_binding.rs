@@ -84,20 +84,21 @@ fn enqueue_fetch_ack_with_the_binding_shapes() {
         "an empty queue answers 200 with no jobs"
     );
 
-    // Another worker may not settle it; its holder may, without naming itself.
-    let (status, body) = post(
-        &a,
-        "/ojs/v1/workers/ack",
+    // Neither another worker nor a request that names none may settle it; its holder may.
+    for other in [
         json!({"job_id": id, "worker_id": "hw-2"}),
-    );
-    assert_eq!(
-        (status, body["error"]["code"].clone()),
-        (409, json!("x_not_owner"))
-    );
+        json!({"job_id": id}),
+    ] {
+        let (status, body) = post(&a, "/ojs/v1/workers/ack", other);
+        assert_eq!(
+            (status, body["error"]["code"].clone()),
+            (409, json!("x_not_owner"))
+        );
+    }
     let (status, body) = post(
         &a,
         "/ojs/v1/workers/ack",
-        json!({"job_id": id, "result": {"sent": true}}),
+        json!({"job_id": id, "worker_id": "hw-1", "result": {"sent": true}}),
     );
     assert_eq!(status, 200, "{body}");
     assert_eq!(
@@ -227,7 +228,7 @@ fn nack_retries_then_discards_and_cancel_conflicts_once_terminal() {
     let (status, body) = post(
         &a,
         "/ojs/v1/workers/nack",
-        json!({"job_id": id,
+        json!({"job_id": id, "worker_id": "w",
         "error": {"code": "handler_error", "message": "SMTP refused", "retryable": true}}),
     );
     assert_eq!(status, 200, "{body}");
@@ -540,7 +541,7 @@ fn nack_details_retryable_requeue_and_the_fetch_wait() {
     let (status, body) = post(
         &a,
         "/ojs/v1/workers/nack",
-        json!({"job_id": id, "requeue": true, "error": {"code": "handler_error",
+        json!({"job_id": id, "worker_id": "w", "requeue": true, "error": {"code": "handler_error",
             "message": "try again", "details": {"smtp_port": 587}}}),
     );
     assert_eq!(status, 200, "{body}");
@@ -555,7 +556,7 @@ fn nack_details_retryable_requeue_and_the_fetch_wait() {
     let (_, body) = post(
         &a,
         "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"code": "x_auth", "message": "bad key", "retryable": false}}),
+        json!({"job_id": id, "worker_id": "w", "error": {"code": "x_auth", "message": "bad key", "retryable": false}}),
     );
     assert_eq!(pick(&body, &["state", "attempt"]), json!(["discarded", 2]));
     // A plain NACK waits out the backoff; retry_delay_ms is measured from the failure.
@@ -567,7 +568,7 @@ fn nack_details_retryable_requeue_and_the_fetch_wait() {
     let (_, body) = post(
         &a,
         "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"code": "handler_error", "message": "m"}}),
+        json!({"job_id": id, "worker_id": "w", "error": {"code": "handler_error", "message": "m"}}),
     );
     assert_eq!(body["state"], "retryable");
     let delay = body["retry_delay_ms"].as_i64().unwrap();
@@ -595,14 +596,14 @@ fn nack_details_retryable_requeue_and_the_fetch_wait() {
     let (status, _) = post(
         &a,
         "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"code": "e", "message": "m", "details": "text"}}),
+        json!({"job_id": id, "worker_id": "w", "error": {"code": "e", "message": "m", "details": "text"}}),
     );
     assert_eq!(status, 400);
     let big = "x".repeat(20_000);
     let (status, _) = post(
         &a,
         "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"code": "e", "message": "m", "details": {"big": big}}}),
+        json!({"job_id": id, "worker_id": "w", "error": {"code": "e", "message": "m", "details": {"big": big}}}),
     );
     assert_eq!(status, 400);
     assert_eq!(state_of(&mut c, &id), "active");

@@ -34,11 +34,14 @@ fn concurrency_cap_holds_jobs_until_a_slot_frees() {
     let addr = srv.addr.clone();
     let waiter = std::thread::spawn(move || {
         let mut w2 = ojs_client::Client::connect(&addr).expect("connect");
-        w2.fetch(&["capped"]).expect("FETCH")
+        // The connection is handed back open: closing it would put its job back.
+        let got = w2.fetch(&["capped"]).expect("FETCH");
+        (w2, got)
     });
     wait_for_blocked_fetches(&mut c, 1);
     w.ack(&id_of(&first[0]), None).expect("ACK");
-    let handed = waiter.join().unwrap().expect("a job once a slot freed");
+    let (_w2, handed) = waiter.join().unwrap();
+    let handed = handed.expect("a job once a slot freed");
     assert_eq!(handed["queue"], "capped");
     // Lifting the limit releases the rest.
     call_ok(&mut c, "QUEUE LIMIT capped OFF");

@@ -44,12 +44,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use index::Index;
 use jobs::Prepared;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use txn::{Out, Txn};
-use workers::Workers;
+use workers::{ConnHolds, Holder, Workers};
 
 /// The default `--max-queued-bytes`: 2 GiB of unfinished job envelopes.
 pub const DEFAULT_MAX_QUEUED_BYTES: u64 = 2 << 30;
@@ -99,9 +99,15 @@ impl Default for Config {
     }
 }
 
+/// Which TCP connection without a worker id a command came from, so the jobs it fetches
+/// can be put back when it closes ([`EngineHandle::connection_closed`]).
+pub type ConnId = u64;
+
 /// One command from a connection, with the worker id its HELLO gave (if any).
 struct Request {
     wid: Option<Arc<str>>,
+    /// The connection, when it has no worker id (its FETCHes are held by it).
+    conn: Option<ConnId>,
     work: Work,
     reply: oneshot::Sender<Answered>,
     /// Its share of the queue bound, given back when the engine takes the request up.
@@ -155,6 +161,10 @@ enum Msg {
     Disconnect {
         wid: Arc<str>,
     },
+    /// A connection without a worker id closed: its jobs go back to their queues.
+    Closed {
+        conn: ConnId,
+    },
     /// Read the event log (and optionally join the live feed); answered between batches.
     Events(events::Read),
     Metrics {
@@ -177,6 +187,8 @@ pub struct EngineHandle {
     limits: Limits,
     queue: Arc<Semaphore>,
     pub connections: Arc<AtomicUsize>,
+    /// The next [`ConnId`].
+    next_conn: Arc<AtomicU64>,
     /// The store's name (`fjall`, `sled`), for health reports.
     store_kind: &'static str,
     subscribers: Arc<crate::events::held::Pool>,
@@ -192,6 +204,18 @@ impl EngineHandle {
         cmd: Command,
         bytes: usize,
     ) -> oneshot::Receiver<Answered> {
+        self.submit_on(None, wid, cmd, bytes).await
+    }
+
+    /// [`submit`](Self::submit) for a connection without a worker id: the jobs its FETCHes
+    /// claim are held by `conn` and go back to their queues when it closes.
+    pub async fn submit_on(
+        &self,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+        bytes: usize,
+    ) -> oneshot::Receiver<Answered> {
         let weight = (1 + bytes / PERMIT_BYTES).min(QUEUE_PERMITS);
         // The semaphore is never closed; if it were, the request would go unbounded.
         let permit = self
@@ -203,6 +227,7 @@ impl EngineHandle {
         let (reply, rx) = oneshot::channel();
         let work = Work::of(cmd, &self.limits);
         let req = Request {
+            conn: conn.filter(|_| wid.is_none()),
             wid,
             work,
             reply,
@@ -239,6 +264,18 @@ impl EngineHandle {
 
     pub fn disconnect_worker(&self, wid: Arc<str>) {
         let _ = self.tx.send(Msg::Disconnect { wid });
+    }
+
+    /// A new id for a connection without a worker id.
+    pub fn connection_id(&self) -> ConnId {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The connection `conn` closed (and every reply it was owed has been written or
+    /// dropped): the jobs it fetched and did not settle go back to their queues at once,
+    /// in one commit, instead of waiting out their visibility timeout.
+    pub fn connection_closed(&self, conn: ConnId) {
+        let _ = self.tx.send(Msg::Closed { conn });
     }
 
     /// Read up to `limit` events matching `filter` from `start`; with `live`, also join the
@@ -332,6 +369,7 @@ pub fn unavailable() -> Answered {
 
 struct Waiter {
     wid: Option<Arc<str>>,
+    conn: Option<ConnId>,
     queues: Vec<String>,
     count: Option<usize>,
     deadline: Instant,
@@ -351,6 +389,8 @@ pub struct Engine {
     clock: Clock,
     index: Index,
     workers: Workers,
+    /// The jobs held by connections without a worker id.
+    conn_holds: ConnHolds,
     waiters: VecDeque<Waiter>,
     /// Reads of the event log not answered yet: each iteration answers them for at most
     /// [`READ_BUDGET`], so thousands of subscribers paging cannot stall the commands.
@@ -406,6 +446,7 @@ pub fn start(
         cfg,
         index: Index::default(),
         workers: Workers::default(),
+        conn_holds: ConnHolds::default(),
         waiters: VecDeque::new(),
         reads: VecDeque::new(),
         bulk: VecDeque::new(),
@@ -442,6 +483,7 @@ pub fn start(
         limits,
         queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
         connections,
+        next_conn: Arc::new(AtomicU64::new(1)),
         store_kind,
         subscribers,
     };
@@ -499,6 +541,7 @@ impl Engine {
                     Msg::Request(req) => self.handle(req, &mut txn),
                     Msg::Register { wid, info } => self.worker_hello(&mut txn, wid, info),
                     Msg::Disconnect { wid } => self.worker_gone(&mut txn, wid),
+                    Msg::Closed { conn } => self.connection_gone(&mut txn, conn),
                     Msg::Events(read) => self.reads.push_back(read),
                     Msg::Metrics { reply } => {
                         let _ = reply.send(self.metrics.render(&self.index));
@@ -546,6 +589,7 @@ impl Engine {
     fn handle(&mut self, req: Request, txn: &mut Txn) {
         let Request {
             wid,
+            conn,
             work,
             reply,
             permit,
@@ -590,6 +634,7 @@ impl Engine {
                 return self.handle(
                     Request {
                         wid,
+                        conn,
                         work,
                         reply,
                         permit: None,
@@ -611,7 +656,8 @@ impl Engine {
                 count,
                 wait,
             } => {
-                match self.fetch(txn, wid.as_ref(), &queues, count.unwrap_or(1)) {
+                let by = Holder::of(wid.as_ref(), conn);
+                match self.fetch(txn, by, &queues, count.unwrap_or(1)) {
                     Ok(ids) if ids.is_empty() && wait.is_some_and(|w| w.is_zero()) => {
                         Ok(answer_of(Answer::Nothing))
                     }
@@ -625,6 +671,7 @@ impl Engine {
                             at,
                             Waiter {
                                 wid,
+                                conn,
                                 queues,
                                 count,
                                 deadline,
@@ -640,15 +687,15 @@ impl Engine {
             Command::Ack {
                 id,
                 result,
-                any_holder,
-            } => self.ack(txn, wid.as_ref(), &id, result, any_holder).map(ok),
+                handed_out,
+            } => self.ack(txn, wid.as_ref(), &id, result, handed_out).map(ok),
             Command::Fail {
                 id,
                 error,
-                any_holder,
+                handed_out,
                 requeue,
             } => self
-                .fail(txn, wid.as_ref(), &id, error, any_holder, requeue)
+                .fail(txn, wid.as_ref(), &id, error, handed_out, requeue)
                 .map(ok),
             Command::Cancel { id } => self.cancel(txn, &id, wid.as_ref()).map(ok),
             Command::Activate { id } => self.activate(txn, &id).map(ok),
@@ -732,7 +779,8 @@ impl Engine {
                     .as_deref()
                     .is_some_and(|x| self.workers.directive(x).is_some());
                 if !quiet && self.any_available(&w.queues) {
-                    match self.fetch(txn, w.wid.as_ref(), &w.queues, w.count.unwrap_or(1)) {
+                    let by = Holder::of(w.wid.as_ref(), w.conn);
+                    match self.fetch(txn, by, &w.queues, w.count.unwrap_or(1)) {
                         Ok(ids) if !ids.is_empty() => {
                             txn.reply(w.reply, fetch_out(ids, w.count));
                             continue;
@@ -811,6 +859,7 @@ mod queue_tests {
             limits: Limits::default(),
             queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
             connections: Arc::new(AtomicUsize::new(0)),
+            next_conn: Arc::new(AtomicU64::new(1)),
             store_kind: "none",
             subscribers: crate::events::held::Pool::new(Default::default()),
         };

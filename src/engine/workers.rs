@@ -1,6 +1,7 @@
 //! The worker registry: who is connected under which `wid`, when it was last heard from,
 //! which jobs it holds, and the quiet/terminate directive waiting for its next BEAT.
 
+use super::ConnId;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::protocol::command::WorkerDirective;
 use serde_json::Value;
@@ -141,5 +142,101 @@ impl Workers {
 
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &WorkerRec)> {
         self.map.iter()
+    }
+}
+
+/// Who a FETCH claims a job for.
+#[derive(Debug, Clone, Copy)]
+pub enum Holder<'a> {
+    /// A worker id: its connections share the jobs, heartbeats keep them.
+    Worker(&'a Arc<str>),
+    /// A TCP connection without a worker id: the jobs go back when it closes.
+    Conn(ConnId),
+    /// Nobody to follow (HTTP without `worker_id`): the visibility timeout ends the claim.
+    Nobody,
+}
+
+impl<'a> Holder<'a> {
+    /// A worker id wins over the connection: a worker's jobs follow its heartbeats.
+    pub fn of(wid: Option<&'a Arc<str>>, conn: Option<ConnId>) -> Holder<'a> {
+        match (wid, conn) {
+            (Some(w), _) => Holder::Worker(w),
+            (None, Some(c)) => Holder::Conn(c),
+            (None, None) => Holder::Nobody,
+        }
+    }
+
+    pub fn wid(self) -> Option<&'a Arc<str>> {
+        match self {
+            Holder::Worker(w) => Some(w),
+            _ => None,
+        }
+    }
+}
+
+/// The jobs held by connections without a worker id, both ways: by connection, to put
+/// them back when it closes, and by job, so a job that changed hands since (settled,
+/// requeued, fetched by someone else) is not touched.
+#[derive(Default)]
+pub struct ConnHolds {
+    by_conn: HashMap<ConnId, HashSet<Uuid>>,
+    of_job: HashMap<Uuid, ConnId>,
+}
+
+impl ConnHolds {
+    pub fn hold(&mut self, conn: ConnId, job: Uuid) {
+        if let Some(old) = self.of_job.insert(job, conn) {
+            if let Some(set) = self.by_conn.get_mut(&old) {
+                set.remove(&job);
+            }
+        }
+        self.by_conn.entry(conn).or_default().insert(job);
+    }
+
+    /// The job is no longer held by a connection (settled, requeued or deleted).
+    pub fn release(&mut self, job: Uuid) {
+        let Some(conn) = self.of_job.remove(&job) else {
+            return;
+        };
+        if let Some(set) = self.by_conn.get_mut(&conn) {
+            set.remove(&job);
+            if set.is_empty() {
+                self.by_conn.remove(&conn);
+            }
+        }
+    }
+
+    /// The connection closed: the jobs it still held, forgotten here.
+    pub fn close(&mut self, conn: ConnId) -> Vec<Uuid> {
+        let held = self.by_conn.remove(&conn).unwrap_or_default();
+        held.into_iter()
+            .filter(|j| self.of_job.remove(j).is_some())
+            .collect()
+    }
+
+    /// Forget everything (FLUSH deleted every job).
+    pub fn clear(&mut self) {
+        self.by_conn.clear();
+        self.of_job.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_connection_gives_back_only_what_it_still_holds() {
+        let mut h = ConnHolds::default();
+        let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        h.hold(1, a);
+        h.hold(1, b);
+        h.hold(1, c);
+        h.release(b); // settled
+        h.hold(2, c); // requeued and fetched by another connection
+        assert_eq!(h.close(1), vec![a]);
+        assert_eq!(h.close(1), Vec::<Uuid>::new());
+        assert_eq!(h.close(2), vec![c]);
+        assert!(h.by_conn.is_empty() && h.of_job.is_empty());
     }
 }

@@ -329,9 +329,10 @@ async fn fetch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, 
     Ok(json_response(StatusCode::OK, body))
 }
 
-/// The worker an ACK or NACK speaks for: the request's `worker_id`, else the job's holder
-/// (an HTTP worker has no connection to carry its identity; ownership is checked when
-/// the request names a worker).
+/// The worker an ACK or NACK speaks for: the request's `worker_id`, or none. The engine
+/// checks it against the job's holder as for every front end: a request without
+/// `worker_id` settles only a job no worker holds by name (PROTOCOL.md §5.2), so it cannot
+/// complete another worker's job by leaving its name out.
 async fn settle_as(
     st: &AppState,
     req: &Map<String, Value>,
@@ -342,7 +343,7 @@ async fn settle_as(
     if job.state != State::Active {
         return Err(conflict(id, job.state, &format!("an active job to {verb}")));
     }
-    Ok(worker_id(req)?.or_else(|| job.worker_id.as_deref().map(Arc::from)))
+    worker_id(req)
 }
 
 async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
@@ -356,7 +357,7 @@ async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, Ap
             Command::Ack {
                 id: id.clone(),
                 result,
-                any_holder: false,
+                handed_out: false,
             },
         )
         .await?;
@@ -405,7 +406,7 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
             Command::Fail {
                 id: id.clone(),
                 error,
-                any_holder: false,
+                handed_out: false,
                 requeue,
             },
         )

@@ -93,11 +93,31 @@ impl State {
     }
 }
 
-/// Queue names: `[a-z0-9][a-z0-9\-\.]*`, at most 128 characters (ojs-core §5.1).
+/// Longest queue name (ojs-core §5.1).
+pub const MAX_QUEUE_BYTES: usize = 128;
+
+/// Names in this namespace are another dialect's names written reversibly in the OJS
+/// alphabet (the Faktory port's, `protocol::faktory` names.rs), where each byte outside it
+/// takes three. They get the room the escape of a name of the ordinary limit needs, so the
+/// limit is on the name the client wrote, not on its encoding.
+pub const ESCAPED_NAME_PREFIX: &str = "fk.";
+
+/// The length limit of `name`: `limit`, or for an escaped name what the escape of a name of
+/// `limit` bytes takes (every byte escaped, after the prefix and one letter of its kind).
+pub fn name_limit(name: &str, limit: usize) -> usize {
+    if name.starts_with(ESCAPED_NAME_PREFIX) {
+        ESCAPED_NAME_PREFIX.len() + 1 + 3 * limit
+    } else {
+        limit
+    }
+}
+
+/// Queue names: `[a-z0-9][a-z0-9\-\.]*`, at most 128 characters (ojs-core §5.1), or
+/// [`name_limit`] for an escaped name.
 pub fn is_valid_queue(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
-        && b.len() <= 128
+        && b.len() <= name_limit(name, MAX_QUEUE_BYTES)
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.')

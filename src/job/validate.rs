@@ -118,7 +118,6 @@ fn object(v: Value) -> Option<Map<String, Value>> {
     }
 }
 
-/// Dot-separated segments, each `[a-z][a-z0-9_]*`, at most `MAX_TYPE_BYTES` (ojs-core §5.1).
 /// ojs-core's named priority levels (HIGH 10, NORMAL 0, LOW -10), in any case; the
 /// envelope stores the number.
 fn named_priority(name: &str) -> Option<i64> {
@@ -130,8 +129,10 @@ fn named_priority(name: &str) -> Option<i64> {
     }
 }
 
+/// Dot-separated segments, each `[a-z][a-z0-9_]*`, at most `MAX_TYPE_BYTES` (ojs-core §5.1),
+/// or [`super::name_limit`] for an escaped name.
 pub fn is_valid_job_type(t: &str) -> bool {
-    t.len() <= MAX_TYPE_BYTES
+    t.len() <= super::name_limit(t, MAX_TYPE_BYTES)
         && t.split('.').all(|seg| {
             let mut bytes = seg.bytes();
             bytes.next().is_some_and(|b| b.is_ascii_lowercase())

@@ -66,20 +66,21 @@ pub enum Command {
         /// (which is also the default); zero answers at once.
         wait: Option<std::time::Duration>,
     },
-    /// `any_holder`: settle the reservation whoever holds it (the Faktory dialect, where an
-    /// ACK or FAIL by jid is accepted from any connection); otherwise only the holding
-    /// worker may (ojs-core §7.3).
+    /// `handed_out`: also settle a job that was handed out and is `available` again (after a
+    /// restart, or a reservation that was lost): Faktory keeps reservations across
+    /// restarts, so its workers ACK by jid after one. An `active` job is settled only by
+    /// its holder, whatever the front end (ojs-core §7.3, PROTOCOL.md §5.2).
     Ack {
         id: String,
         result: Option<Value>,
-        any_holder: bool,
+        handed_out: bool,
     },
     /// `requeue`: back to `available` at once when the policy allows a retry, without the
     /// backoff (the HTTP binding's NACK `requeue`).
     Fail {
         id: String,
         error: Value,
-        any_holder: bool,
+        handed_out: bool,
         requeue: bool,
     },
     Beat {
@@ -311,9 +312,9 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
     let upper = verb.to_ascii_uppercase();
     match upper.as_str() {
         "" => Err(malformed("empty command line")),
-        "HELLO" => Ok(Command::Hello(Value::Object(json_object(
+        "HELLO" => Ok(Command::Hello(super::hello::check(json_object(
             "HELLO", payload,
-        )?))),
+        )?)?)),
         "PUSH" => {
             let job = json_payload("PUSH", payload)?;
             Ok(Command::Push {
@@ -343,7 +344,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             Ok(Command::Ack {
                 id,
                 result: obj.get("result").cloned(),
-                any_holder: false,
+                handed_out: false,
             })
         }
         "FAIL" => {
@@ -352,7 +353,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             Ok(Command::Fail {
                 id,
                 error: fail_error(&obj)?,
-                any_holder: false,
+                handed_out: false,
                 requeue: matches!(obj.get("requeue"), Some(Value::Bool(true))),
             })
         }
@@ -508,7 +509,7 @@ mod tests {
             Command::Ack {
                 id: "x".into(),
                 result: Some(json!(1)),
-                any_holder: false,
+                handed_out: false,
             }
         );
         assert_eq!(

@@ -6,6 +6,7 @@ pub mod codec;
 pub mod command;
 pub mod cron;
 pub mod faktory;
+pub mod hello;
 pub mod reply;
 pub mod workflow;
 

@@ -198,6 +198,7 @@ impl Engine {
             txn.delete_job(uid);
             self.cron_settled(txn, uid);
         }
+        self.conn_holds.clear();
         let names: Vec<String> = self.index.queues.iter().map(|q| q.name.clone()).collect();
         for name in names {
             self.forget_queue(txn, &name);

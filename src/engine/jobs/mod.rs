@@ -8,6 +8,7 @@ use crate::engine::events::job_data;
 use crate::engine::index::{Entry, TimerKind};
 use crate::engine::metrics::Observe;
 use crate::engine::txn::Txn;
+use crate::engine::workers::Holder;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
@@ -163,11 +164,12 @@ impl Engine {
         self.overview.pushed(now);
     }
 
-    /// Claim up to `count` jobs, queues in the given order, best job first within a queue.
+    /// Claim up to `count` jobs for `by`, queues in the given order, best job first within
+    /// a queue.
     pub(in crate::engine) fn fetch(
         &mut self,
         txn: &mut Txn,
-        wid: Option<&Arc<str>>,
+        by: Holder<'_>,
         queues: &[String],
         count: usize,
     ) -> OjsResult<Vec<Uuid>> {
@@ -208,7 +210,7 @@ impl Engine {
                 let res = if expired {
                     self.expire(txn, id).map(|_| false)
                 } else {
-                    self.claim(txn, id, wid)
+                    self.claim(txn, id, by)
                 };
                 match res {
                     Err(e) => {
@@ -239,7 +241,8 @@ impl Engine {
 
     /// Claim an available job for a FETCH; `false` when its `rate_limit` key is at its
     /// limit (the job is left as it was).
-    fn claim(&mut self, txn: &mut Txn, id: Uuid, wid: Option<&Arc<str>>) -> OjsResult<bool> {
+    fn claim(&mut self, txn: &mut Txn, id: Uuid, by: Holder<'_>) -> OjsResult<bool> {
+        let wid = by.wid();
         let now = self.now;
         let now_ms = self.now_ms();
         // Looked at, not touched: a job passed over is not written back.
@@ -278,8 +281,10 @@ impl Engine {
         if let Some(e) = self.index.jobs.get_mut(&id) {
             e.worker = wid.cloned();
         }
-        if let Some(w) = wid {
-            self.workers.hold(w, id);
+        match by {
+            Holder::Worker(w) => self.workers.hold(w, id),
+            Holder::Conn(c) => self.conn_holds.hold(c, id),
+            Holder::Nobody => {}
         }
         if let Some(p) = &limit {
             self.index.key_started(id, p, now_ms);
@@ -304,7 +309,9 @@ impl Engine {
         Ok(uid)
     }
 
-    /// ojs-core §7.3: only the worker holding a reservation may settle it.
+    /// ojs-core §7.3: only the worker holding a reservation may settle it, from whichever
+    /// front end; a caller that names no worker (a connection without a `wid`, HTTP without
+    /// `worker_id`) may settle only a job no worker holds by name (PROTOCOL.md §5.2).
     fn check_holder(
         &self,
         uid: Uuid,
@@ -315,7 +322,7 @@ impl Engine {
             if wid != Some(owner) {
                 let caller = wid
                     .map(|w| format!("worker {w}"))
-                    .unwrap_or_else(|| "a connection without a wid".into());
+                    .unwrap_or_else(|| "a caller that names no worker".into());
                 return Err(OjsError::new(
                     ErrorCode::NotOwner,
                     format!("job {uid} is reserved by worker {owner}, not {caller}"),
@@ -325,23 +332,22 @@ impl Engine {
         Ok(())
     }
 
-    /// `active_job`, and with `any_holder` whoever holds the reservation.
-    ///
-    /// With `any_holder`, a job that was handed out and is `available` again only because
-    /// the server restarted (or its worker was declared dead) in the meantime may be
-    /// settled too: Faktory keeps reservations across restarts, so its workers ACK by jid
-    /// after one (PROTOCOL.md §15).
+    /// `active_job`, and with `handed_out` also a job that was handed out and is
+    /// `available` again only because the server restarted (or its reservation was lost)
+    /// in the meantime: Faktory keeps reservations across restarts, so its workers ACK by
+    /// jid after one (PROTOCOL.md §15). Never a job that was not handed out yet, and an
+    /// active job only by its holder, as everywhere.
     fn active_job_held(
         &self,
         txn: &Txn,
         id: &str,
         wid: Option<&Arc<str>>,
         op: &str,
-        any_holder: bool,
+        handed_out: bool,
     ) -> OjsResult<Uuid> {
         let uid = parse_id(id)?;
         let e = self.index.jobs.get(&uid).ok_or_else(|| not_found(id))?;
-        if any_holder && e.state == State::Available {
+        if handed_out && e.state == State::Available {
             let delivered = txn
                 .job(self.store.as_ref(), uid)?
                 .is_some_and(|j| j.attempt > 0);
@@ -349,16 +355,11 @@ impl Engine {
                 return Ok(uid);
             }
         }
-        if e.state != State::Active {
-            return Err(wrong_state(uid, e.state, op, "active"));
-        }
-        if !any_holder {
-            self.check_holder(uid, e.worker.as_ref(), wid)?;
-        }
-        Ok(uid)
+        self.active_job(id, wid, op)
     }
 
     fn release(&mut self, id: Uuid) {
+        self.conn_holds.release(id);
         if let Some(w) = self.index.jobs.get_mut(&id).and_then(|e| e.worker.take()) {
             self.workers.release(&w, id);
         }
@@ -370,9 +371,9 @@ impl Engine {
         wid: Option<&Arc<str>>,
         id: &str,
         result: Option<Value>,
-        any_holder: bool,
+        handed_out: bool,
     ) -> OjsResult<()> {
-        let uid = self.active_job_held(txn, id, wid, "ACK", any_holder)?;
+        let uid = self.active_job_held(txn, id, wid, "ACK", handed_out)?;
         if let Some(r) = &result {
             let size = serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0);
             if size > self.cfg.limits.max_job_bytes {
@@ -431,10 +432,10 @@ impl Engine {
         wid: Option<&Arc<str>>,
         id: &str,
         error: Value,
-        any_holder: bool,
+        handed_out: bool,
         requeue: bool,
     ) -> OjsResult<()> {
-        let uid = self.active_job_held(txn, id, wid, "FAIL", any_holder)?;
+        let uid = self.active_job_held(txn, id, wid, "FAIL", handed_out)?;
         self.stats.failed += 1;
         self.release(uid);
         let how = if requeue {
@@ -457,7 +458,8 @@ impl Engine {
         how: Ended,
         from: Component<'_>,
     ) -> OjsResult<()> {
-        let lost = how == Ended::Lost;
+        // No verdict came: the policy's error filters and `retryable` do not apply.
+        let lost = matches!(how, Ended::Lost | Ended::Closed);
         let now = self.now;
         let now_ms = self.now_ms();
         let sample: f64 = rand::random();
@@ -467,12 +469,12 @@ impl Engine {
         let faktory = job.retry.backoff_strategy == BackoffStrategy::Faktory;
         let delete_when_exhausted = job.retry.on_exhaustion == OnExhaustion::Delete;
         let mut error = error;
-        if let (true, Value::Object(m)) = (lost && faktory, &mut error) {
+        if let (true, Value::Object(m)) = (how == Ended::Lost && faktory, &mut error) {
             m.insert("type".into(), json!("ReservationExpired"));
         }
         // Straight back to `available` (when a retry is allowed): a lost reservation outside
-        // Faktory's rules, or a FAIL that asked to be requeued.
-        let immediate = (lost && !faktory) || how == Ended::Requeue;
+        // Faktory's rules, a FAIL that asked to be requeued, or a closed connection's job.
+        let immediate = (lost && !faktory) || matches!(how, Ended::Requeue | Ended::Closed);
         let not_retryable = error.get("retryable") == Some(&Value::Bool(false));
         let duration_ms = job.started_at.map(|t| (now - t).num_milliseconds());
         let etype = error
@@ -582,6 +584,7 @@ impl Engine {
     }
 
     pub(in crate::engine) fn delete_job(&mut self, txn: &mut Txn, uid: Uuid) {
+        self.conn_holds.release(uid);
         if let Some(e) = self.index.remove(uid) {
             if let Some(w) = e.worker {
                 self.workers.release(&w, uid);
@@ -710,4 +713,8 @@ enum Ended {
     Requeue,
     /// No ACK or FAIL came (visibility timeout, dead worker).
     Lost,
+    /// The connection without a worker id that fetched it closed before ACK or FAIL: the
+    /// attempt counts, and the job is back in its queue at once when the policy allows
+    /// another, under every backoff strategy (PROTOCOL.md §5.4).
+    Closed,
 }

@@ -5,7 +5,7 @@ use super::Ended;
 use crate::engine::events::job_data;
 use crate::engine::index::TimerKind;
 use crate::engine::txn::Txn;
-use crate::engine::Engine;
+use crate::engine::{ConnId, Engine};
 use crate::error::OjsResult;
 use crate::events::Component;
 use crate::job::State;
@@ -101,6 +101,38 @@ impl Engine {
             };
             if let Err(e) = res {
                 tracing::error!(job = %uid, error = %e, "timer could not be applied");
+            }
+        }
+    }
+
+    /// A connection without a worker id closed: the jobs it fetched and still holds go
+    /// back to their queues now, in this batch's one commit, rather than after their
+    /// visibility timeout (PROTOCOL.md §5.4). A job that changed hands since is untouched.
+    pub(in crate::engine) fn connection_gone(&mut self, txn: &mut Txn, conn: ConnId) {
+        let held = self.conn_holds.close(conn);
+        if !held.is_empty() {
+            tracing::debug!(
+                conn,
+                jobs = held.len(),
+                "connection closed; requeueing its jobs"
+            );
+        }
+        for uid in held {
+            let ours = self
+                .index
+                .jobs
+                .get(&uid)
+                .is_some_and(|e| e.state == State::Active && e.worker.is_none());
+            if !ours {
+                continue;
+            }
+            self.release(uid);
+            let error = json!({"type": "connection_closed",
+                "message": "the connection that fetched the job closed before ACK or FAIL"});
+            if let Err(e) =
+                self.failed_attempt(txn, uid, error, Ended::Closed, Component::Scheduler)
+            {
+                tracing::error!(job = %uid, error = %e, "could not requeue");
             }
         }
     }

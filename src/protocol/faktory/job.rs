@@ -7,6 +7,10 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 const MIN_JID_CHARS: usize = 8;
+/// Longest jid. Clients make ids of 12 to 36 characters; a jid is a key that is shown in
+/// errors, events and the dead-letter set, so it is bounded like one (a megabyte was
+/// accepted before).
+pub const MAX_JID_BYTES: usize = 255;
 /// Most retries a Faktory job may ask for.
 pub const MAX_RETRY: i64 = 10_000;
 /// Faktory's defaults and bounds for `reserve_for`, seconds.
@@ -52,9 +56,23 @@ pub fn ojs_id(jid: &str) -> String {
 pub fn jid_of(f: &Map<String, Value>) -> OjsResult<String> {
     match f.get("jid") {
         // Faktory's own words (manager.go), which clients compare.
-        Some(Value::String(s)) if s.chars().count() >= MIN_JID_CHARS => Ok(s.clone()),
+        Some(Value::String(s)) if s.chars().count() < MIN_JID_CHARS => {
+            Err(err("jobs must have a reasonable jid parameter"))
+        }
+        Some(Value::String(s)) => check_jid(s).map(str::to_owned),
         Some(_) | None => Err(err("jobs must have a reasonable jid parameter")),
     }
+}
+
+/// A jid as the key it is: at most [`MAX_JID_BYTES`], printable, without spaces.
+pub fn check_jid(jid: &str) -> OjsResult<&str> {
+    if crate::protocol::hello::is_token(jid, MAX_JID_BYTES) {
+        return Ok(jid);
+    }
+    Err(err(format!(
+        "jid must be a non-empty string of at most {MAX_JID_BYTES} bytes without spaces or \
+         control characters"
+    )))
 }
 
 /// A Faktory job object as the OJS envelope the engine validates and stores.

@@ -11,7 +11,7 @@
 mod job;
 mod names;
 
-pub use job::{ojs_id, to_faktory_job, to_ojs_job};
+pub use job::{check_jid, ojs_id, to_faktory_job, to_ojs_job, MAX_JID_BYTES};
 pub use names::{faktory_queue, faktory_type, ojs_queue, ojs_type};
 
 use crate::engine::api::Info;
@@ -29,7 +29,7 @@ mod tests;
 pub enum Render {
     /// `+OK` or an error.
     Plain,
-    /// ACK: `+OK` even for an unknown or finished jid, as Faktory does.
+    /// ACK: `+OK`, or the error (unknown jid, a job that is not active, another worker's).
     Ack,
     /// FETCH: the job in Faktory's shape, or a null bulk.
     Fetch,
@@ -81,7 +81,9 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
     };
     let plain = |c| Ok((c, Render::Plain));
     match verb {
-        "HELLO" => plain(Command::Hello(Value::Object(object("HELLO", payload)?))),
+        "HELLO" => plain(Command::Hello(crate::protocol::hello::check(object(
+            "HELLO", payload,
+        )?)?)),
         "END" => plain(Command::End),
         "PUSH" => {
             let job = to_ojs_job(object("PUSH", payload)?)?;
@@ -109,7 +111,7 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
             let ack = Command::Ack {
                 id: ojs_id(&jid_field("ACK", &obj)?),
                 result: None,
-                any_holder: true,
+                handed_out: true,
             };
             Ok((ack, Render::Ack))
         }
@@ -140,7 +142,9 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
 
 fn jid_field(verb: &str, obj: &Map<String, Value>) -> OjsResult<String> {
     match obj.get("jid") {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(s)) => check_jid(s)
+            .map(str::to_owned)
+            .map_err(|e| err(format!("{verb}: {}", e.message))),
         _ => Err(err(format!("{verb}: jid must be a non-empty string"))),
     }
 }
@@ -166,7 +170,7 @@ fn fail(obj: Map<String, Value>) -> OjsResult<Command> {
     Ok(Command::Fail {
         id: ojs_id(&jid),
         error: crate::protocol::command::fail_error(&flat)?,
-        any_holder: true,
+        handed_out: true,
         requeue: false,
     })
 }
@@ -187,8 +191,9 @@ fn push_batch(payload: &str) -> OjsResult<(Command, Render)> {
             rejected.insert(format!("{i}"), json!("job must be a JSON object"));
             continue;
         };
+        // A jid that is no key is reported by its position, not echoed back.
         let jid = match &f.get("jid") {
-            Some(Value::String(s)) => s.clone(),
+            Some(Value::String(s)) if check_jid(s).is_ok() => s.clone(),
             _ => format!("{i}"),
         };
         match to_ojs_job(f) {
@@ -228,9 +233,11 @@ fn mutate(obj: Map<String, Value>) -> OjsResult<MutateCmd> {
             match f.get("jids") {
                 None | Some(Value::Null) => {}
                 Some(Value::Array(a)) if a.len() <= MAX_FILTER_IDS => {
-                    let jids = a.iter().map(|v| v.as_str().map(ojs_id));
-                    let ids = jids.collect::<Option<Vec<_>>>();
-                    filter.ids = Some(ids.ok_or_else(|| err("filter jids must be strings"))?);
+                    let jids = a.iter().map(|v| match v.as_str() {
+                        Some(jid) => check_jid(jid).map(ojs_id),
+                        None => Err(err("filter jids must be strings")),
+                    });
+                    filter.ids = Some(jids.collect::<OjsResult<Vec<_>>>()?);
                 }
                 Some(_) => {
                     return Err(err(format!(
@@ -293,15 +300,7 @@ fn queue(payload: &str) -> OjsResult<(Command, Render)> {
 /// A typed answer as a Faktory reply.
 pub fn render(how: Render, a: Answered) -> Reply {
     match (how, a) {
-        (Render::Ack, Err(e))
-            if matches!(
-                e.code,
-                ErrorCode::NotFound | ErrorCode::InvalidStateTransition
-            ) =>
-        {
-            Reply::Ok
-        }
-        (Render::Plain, Err(e)) if e.code == ErrorCode::NotFound => {
+        (Render::Plain | Render::Ack, Err(e)) if e.code == ErrorCode::NotFound => {
             Reply::Error(OjsError::new(e.code, "Job not found"))
         }
         (_, Err(e)) => Reply::Error(e),

@@ -11,8 +11,10 @@
 use super::err;
 use crate::error::OjsResult;
 
-/// Names that start with this are always escaped, so an escaped name cannot collide.
-const RESERVED: &str = "fk.";
+/// Names that start with this are always escaped, so an escaped name cannot collide. The
+/// OJS validators give names in it room for the escape (`job::name_limit`), so the limits
+/// below are on the name as the client wrote it.
+const RESERVED: &str = crate::job::ESCAPED_NAME_PREFIX;
 const QUEUE_PREFIX: &str = RESERVED;
 const TYPE_PREFIX: &str = "fk.x";
 
@@ -48,6 +50,8 @@ fn unescape(s: &str, esc: u8) -> Option<String> {
 /// the prefix of an escaped name.
 struct Kind {
     what: &'static str,
+    /// Longest name a client may write, in bytes: the OJS limit of this kind of name.
+    max: usize,
     prefix: &'static str,
     keep: fn(u8) -> bool,
     esc: u8,
@@ -56,6 +60,7 @@ struct Kind {
 
 const QUEUE: Kind = Kind {
     what: "queue name",
+    max: crate::job::MAX_QUEUE_BYTES,
     prefix: QUEUE_PREFIX,
     keep: |b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.',
     esc: b'-',
@@ -64,6 +69,7 @@ const QUEUE: Kind = Kind {
 
 const TYPE: Kind = Kind {
     what: "jobtype",
+    max: crate::job::validate::MAX_TYPE_BYTES,
     prefix: TYPE_PREFIX,
     keep: |b| b.is_ascii_lowercase() || b.is_ascii_digit(),
     esc: b'_',
@@ -72,14 +78,25 @@ const TYPE: Kind = Kind {
 
 impl Kind {
     /// As is when valid in OJS and not starting with `fk.`; escaped otherwise.
+    /// The length is checked on the name as written, before escaping, so capitals (three
+    /// bytes each once escaped) do not shorten the limit.
     fn encode(&self, name: &str) -> OjsResult<String> {
+        if name.len() > self.max {
+            let shown: String = name.chars().take(32).collect();
+            return Err(err(format!(
+                "{} {shown:?}... is {} bytes; the limit is {}",
+                self.what,
+                name.len(),
+                self.max
+            )));
+        }
         if (self.valid)(name) && !name.starts_with(RESERVED) {
             return Ok(name.to_owned());
         }
         let mut out = String::from(self.prefix);
         escape(&mut out, name, self.keep, char::from(self.esc));
         if !(self.valid)(&out) {
-            return Err(err(format!("{} {name:?} is too long", self.what)));
+            return Err(err(format!("{} {name:?} cannot be stored", self.what)));
         }
         Ok(out)
     }
@@ -164,12 +181,26 @@ mod tests {
     }
 
     #[test]
+    fn the_limit_is_on_the_name_as_written_not_its_escape() {
+        for n in ["Q", "\u{7f}", "日"] {
+            let q = n.repeat(128 / n.len());
+            let o = ojs_queue(&q).unwrap();
+            assert!(crate::job::is_valid_queue(&o), "{q} -> {o}");
+            assert_eq!(faktory_queue(&o), q);
+            let t = n.repeat(255 / n.len());
+            let o = ojs_type(&t).unwrap();
+            assert!(crate::job::validate::is_valid_job_type(&o), "{t} -> {o}");
+            assert_eq!(faktory_type(&o), t);
+        }
+    }
+
+    #[test]
     fn bad_names_are_refused() {
         assert!(ojs_queue("").is_err());
         assert!(ojs_queue("a b").is_err());
-        assert!(ojs_queue(&"Q".repeat(60)).is_err());
+        assert!(ojs_queue(&"q".repeat(129)).is_err());
         assert!(ojs_type("").is_err());
-        assert!(ojs_type(&"T".repeat(200)).is_err());
+        assert!(ojs_type(&"t".repeat(256)).is_err());
         // Not an escape we wrote: shown as it is.
         assert_eq!(faktory_queue("fk.-zz"), "fk.-zz");
         assert_eq!(faktory_type("fk.x_4"), "fk.x_4");

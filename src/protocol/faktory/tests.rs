@@ -88,7 +88,7 @@ fn ack_fail_beat_fetch_parse() {
     let Command::Fail {
         id,
         error,
-        any_holder: true,
+        handed_out: true,
         requeue: false,
     } = c
     else {
@@ -107,11 +107,16 @@ fn ack_fail_beat_fetch_parse() {
 }
 
 #[test]
-fn ack_of_an_unknown_jid_is_ok_and_directives_render_as_state() {
+fn ack_of_an_unknown_jid_is_an_error_and_directives_render_as_state() {
     let nf = OjsError::new(ErrorCode::NotFound, "no such job");
-    assert_eq!(render(Render::Ack, Err(nf.clone())), Reply::Ok);
     let shown = OjsError::new(ErrorCode::NotFound, "Job not found");
+    assert_eq!(
+        render(Render::Ack, Err(nf.clone())),
+        Reply::Error(shown.clone())
+    );
     assert_eq!(render(Render::Plain, Err(nf.clone())), Reply::Error(shown));
+    let other = OjsError::new(ErrorCode::NotOwner, "job x is reserved by worker w");
+    assert_eq!(render(Render::Ack, Err(other.clone())), Reply::Error(other));
     let q = render(
         Render::Beat,
         Ok(Answer::Directive(
