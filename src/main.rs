@@ -122,6 +122,14 @@ struct Args {
     /// buffers of subscribers that stopped reading are emptied (they resume from the log).
     #[arg(long, env = "OJSD_MAX_SUBSCRIBER_BYTES_TOTAL", default_value_t = ojsd::events::held::DEFAULT_TOTAL, value_parser = parse_positive_usize)]
     max_subscriber_bytes_total: usize,
+    /// Most queues known at once; a job naming one more is refused with QUEUE_FULL until a
+    /// queue has held nothing for 10 minutes and is forgotten. 0: no limit.
+    #[arg(long, env = "OJSD_MAX_QUEUES", default_value_t = engine::DEFAULT_MAX_QUEUES)]
+    max_queues: usize,
+    /// Most (job type, queue) pairs with metric series of their own on /metrics (and
+    /// queues with gauges of their own); the rest are summed under "_other".
+    #[arg(long, env = "OJSD_MAX_METRIC_SERIES", default_value_t = engine::metrics::DEFAULT_MAX_SERIES, value_parser = parse_positive_usize)]
+    max_metric_series: usize,
     /// Bytes of replies a TCP connection may owe (pipelined, not yet read by the client)
     /// before the server stops reading its commands.
     #[arg(long, env = "OJSD_MAX_PENDING_REPLY_BYTES", default_value_t = server::DEFAULT_MAX_PENDING_REPLY_BYTES)]
@@ -342,6 +350,8 @@ fn run(args: Args) -> Result<(), String> {
         test_clock: args.test_clock,
         max_queued_bytes: args.max_queued_bytes,
         commit_pipeline: args.commit_pipeline,
+        max_queues: args.max_queues,
+        max_metric_series: args.max_metric_series,
         events: engine::EventConfig {
             held: HeldLimits {
                 per_subscriber: args.max_subscriber_bytes,

@@ -75,6 +75,10 @@ pub struct Queue {
     /// rate window, oldest first, at most `rate.limit` of them.
     pub limit: Option<crate::protocol::admin::QueueLimit>,
     pub starts: Starts,
+    /// Since when (engine ms) the queue has been seen holding nothing, by `retire_idle`.
+    idle_since: Option<i64>,
+    /// Forgotten after holding nothing for a while: the slot waits for a new name.
+    pub retired: bool,
 }
 
 /// Start times (engine ms) inside a sliding rate window, oldest first, at most the
@@ -184,6 +188,8 @@ pub struct Index {
     pub jobs: HashMap<Uuid, Entry>,
     pub queues: Vec<Queue>,
     queue_ids: HashMap<String, QueueId>,
+    /// Slots of retired queues, given to the next new names.
+    free_queues: Vec<QueueId>,
     timers: BTreeSet<(i64, Uuid, TimerKind)>,
     /// Discarded jobs by discard time (DEAD LIST walks it newest first; pruning takes the oldest).
     /// Change it through `add_dead`/`remove_dead`, which keep `dead_at` in step.
@@ -229,13 +235,61 @@ impl Index {
             self.queues[*id as usize].removed = false;
             return *id;
         }
-        let id = self.queues.len() as QueueId;
-        self.queues.push(Queue {
+        let fresh = Queue {
             name: name.to_string(),
             ..Default::default()
-        });
+        };
+        let id = match self.free_queues.pop() {
+            Some(id) => {
+                self.queues[id as usize] = fresh;
+                id
+            }
+            None => {
+                self.queues.push(fresh);
+                (self.queues.len() - 1) as QueueId
+            }
+        };
         self.queue_ids.insert(name.to_string(), id);
         id
+    }
+
+    /// Queues known now (retired ones left out): what `--max-queues` bounds.
+    pub fn live_queues(&self) -> usize {
+        self.queue_ids.len()
+    }
+
+    /// Forget the queues that have held no job (in any state, finished ones included) for
+    /// `idle_ms`, and are neither paused nor rate limited: no job refers to them, so their
+    /// slot can take a new name. Their names are returned.
+    pub fn retire_idle(&mut self, now: i64, idle_ms: i64) -> Vec<String> {
+        let mut retired = Vec::new();
+        for (id, q) in self.queues.iter_mut().enumerate() {
+            if q.retired {
+                continue;
+            }
+            let empty = q.counts.iter().all(|c| *c == 0)
+                && !q.paused
+                && q.limit.is_none()
+                && q.starts.is_empty();
+            if !empty {
+                q.idle_since = None;
+                continue;
+            }
+            let since = *q.idle_since.get_or_insert(now);
+            if now.saturating_sub(since) < idle_ms {
+                continue;
+            }
+            let name = std::mem::take(&mut q.name);
+            self.queue_ids.remove(&name);
+            *q = Queue {
+                retired: true,
+                removed: true,
+                ..Default::default()
+            };
+            self.free_queues.push(id as QueueId);
+            retired.push(name);
+        }
+        retired
     }
 
     pub fn find_queue(&self, name: &str) -> Option<QueueId> {

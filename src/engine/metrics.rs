@@ -53,9 +53,21 @@ type HistogramDef = (
     fn(&Series) -> &Histogram,
 );
 
-#[derive(Default)]
+/// Default `--max-metric-series`: (job type, queue) pairs with series of their own.
+pub const DEFAULT_MAX_SERIES: usize = 1000;
+/// The label values of the series that sums the pairs past the bound, and the queues past
+/// it in the queue gauges.
+pub const OTHER: &str = "_other";
+
+/// The job metrics, by job type and queue. At most `max_series` pairs have series of their
+/// own; observations of further pairs are summed under `job_type="_other",queue="_other"`,
+/// and a retired queue's series are dropped (a queue idle long enough is forgotten), so the
+/// page does not grow with every name a client ever used.
 pub struct Metrics {
     series: BTreeMap<String, BTreeMap<String, Series>>,
+    pairs: usize,
+    max_series: usize,
+    other: Option<Series>,
 }
 
 pub enum Observe {
@@ -74,15 +86,51 @@ pub enum Observe {
 }
 
 impl Metrics {
+    pub fn new(max_series: usize) -> Metrics {
+        Metrics {
+            series: BTreeMap::new(),
+            pairs: 0,
+            max_series,
+            other: None,
+        }
+    }
+
     fn series(&mut self, job_type: &str, queue: &str) -> &mut Series {
-        if !self.series.contains_key(job_type) {
-            self.series.insert(job_type.to_string(), BTreeMap::new());
+        let known = self
+            .series
+            .get(job_type)
+            .is_some_and(|by_queue| by_queue.contains_key(queue));
+        if !known && self.pairs >= self.max_series {
+            return self.other.get_or_insert_with(Series::default);
         }
-        let by_queue = self.series.get_mut(job_type).expect("inserted above");
-        if !by_queue.contains_key(queue) {
-            by_queue.insert(queue.to_string(), Series::default());
+        if !known {
+            self.pairs += 1;
         }
-        by_queue.get_mut(queue).expect("inserted above")
+        self.series
+            .entry(job_type.to_string())
+            .or_default()
+            .entry(queue.to_string())
+            .or_default()
+    }
+
+    /// Drop the series of queues that were forgotten.
+    pub fn forget_queues(&mut self, queues: &[String]) {
+        for by_queue in self.series.values_mut() {
+            for q in queues {
+                if by_queue.remove(q).is_some() {
+                    self.pairs -= 1;
+                }
+            }
+        }
+        self.series.retain(|_, by_queue| !by_queue.is_empty());
+    }
+
+    /// Every series, the sum of the pairs past the bound last.
+    fn all(&self) -> impl Iterator<Item = (&str, &str, &Series)> {
+        self.series
+            .iter()
+            .flat_map(|(jt, by_q)| by_q.iter().map(move |(q, s)| (jt.as_str(), q.as_str(), s)))
+            .chain(self.other.iter().map(|s| (OTHER, OTHER, s)))
     }
 
     pub fn observe(&mut self, job_type: &str, queue: &str, what: Observe) {
@@ -129,16 +177,14 @@ impl Metrics {
         ];
         for (name, help, get) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (jt, by_q) in &self.series {
-                for (q, s) in by_q {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{job_type=\"{}\",queue=\"{}\"}} {}",
-                        esc(jt),
-                        esc(q),
-                        get(s)
-                    );
-                }
+            for (jt, q, s) in self.all() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{job_type=\"{}\",queue=\"{}\"}} {}",
+                    esc(jt),
+                    esc(q),
+                    get(s)
+                );
             }
         }
         let hists: [HistogramDef; 2] = [
@@ -157,19 +203,17 @@ impl Metrics {
         ];
         for (name, help, bounds, get) in hists {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (jt, by_q) in &self.series {
-                for (q, s) in by_q {
-                    let h = get(s);
-                    let labels = format!("job_type=\"{}\",queue=\"{}\"", esc(jt), esc(q));
-                    let mut cumulative = 0;
-                    for (i, b) in bounds.iter().enumerate() {
-                        cumulative += h.counts.get(i).copied().unwrap_or(0);
-                        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cumulative}");
-                    }
-                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-                    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
-                    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+            for (jt, q, s) in self.all() {
+                let h = get(s);
+                let labels = format!("job_type=\"{}\",queue=\"{}\"", esc(jt), esc(q));
+                let mut cumulative = 0;
+                for (i, b) in bounds.iter().enumerate() {
+                    cumulative += h.counts.get(i).copied().unwrap_or(0);
+                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cumulative}");
                 }
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+                let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
             }
         }
         let gauges: [(&str, &str, State); 3] = [
@@ -189,15 +233,33 @@ impl Metrics {
                 State::Discarded,
             ),
         ];
+        // The queues holding the most jobs in these states get gauges of their own, at
+        // most `max_series` of them; the rest are summed under `queue="_other"`.
+        let weight = |q: &super::index::Queue| -> usize {
+            gauges.iter().map(|(_, _, st)| q.count(*st)).sum()
+        };
+        let mut queues: Vec<&super::index::Queue> =
+            index.queues.iter().filter(|q| !q.retired).collect();
+        let rest = if queues.len() > self.max_series {
+            queues.select_nth_unstable_by(self.max_series, |a, b| weight(b).cmp(&weight(a)));
+            queues.split_off(self.max_series)
+        } else {
+            Vec::new()
+        };
+        queues.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         for (name, help, state) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for q in &index.queues {
+            for q in &queues {
                 let _ = writeln!(
                     out,
                     "{name}{{queue=\"{}\"}} {}",
                     esc(&q.name),
                     q.count(state)
                 );
+            }
+            if !rest.is_empty() {
+                let sum: usize = rest.iter().map(|q| q.count(state)).sum();
+                let _ = writeln!(out, "{name}{{queue=\"{OTHER}\"}} {sum}");
             }
         }
         out
@@ -217,7 +279,7 @@ mod tests {
 
     #[test]
     fn histograms_are_cumulative_and_counters_count() {
-        let mut m = Metrics::default();
+        let mut m = Metrics::new(DEFAULT_MAX_SERIES);
         m.observe("a.b", "q", Observe::Enqueued);
         m.observe("a.b", "q", Observe::Completed { duration_ms: 7.0 });
         m.observe("a.b", "q", Observe::Completed { duration_ms: 400.0 });

@@ -12,7 +12,7 @@ mod events;
 mod hooks;
 mod index;
 mod jobs;
-mod metrics;
+pub mod metrics;
 mod rebuild;
 mod record;
 mod stored;
@@ -78,7 +78,16 @@ pub struct Config {
     /// Sync each batch on a second thread while the engine applies the next one
     /// (`--commit-pipeline`; see `commit.rs`).
     pub commit_pipeline: bool,
+    /// Most queues known at once (`--max-queues`); 0 = no limit.
+    pub max_queues: usize,
+    /// Most (job type, queue) series of the job metrics (`--max-metric-series`).
+    pub max_metric_series: usize,
 }
+
+/// Default `--max-queues`.
+pub const DEFAULT_MAX_QUEUES: usize = 100_000;
+/// A queue that has held no job for this long is forgotten (`Index::retire_idle`).
+pub const QUEUE_IDLE: Duration = Duration::from_secs(10 * 60);
 
 impl Default for Config {
     fn default() -> Self {
@@ -95,6 +104,8 @@ impl Default for Config {
             test_clock: false,
             events: EventConfig::default(),
             commit_pipeline: false,
+            max_queues: DEFAULT_MAX_QUEUES,
+            max_metric_series: metrics::DEFAULT_MAX_SERIES,
         }
     }
 }
@@ -440,6 +451,7 @@ pub fn start(
     let limits = cfg.limits.clone();
     let store_kind = store.name();
     let subscribers = crate::events::held::Pool::new(cfg.events.held);
+    let max_metric_series = cfg.max_metric_series;
     let mut engine = Engine {
         store,
         clock: Clock::new(cfg.test_clock),
@@ -455,7 +467,7 @@ pub fn start(
         started: Instant::now(),
         connections: connections.clone(),
         events: Default::default(),
-        metrics: Default::default(),
+        metrics: metrics::Metrics::new(max_metric_series),
         undelivered: Vec::new(),
         last_prune: Instant::now(),
         now: Utc::now(),
@@ -491,6 +503,17 @@ pub fn start(
 }
 
 impl Engine {
+    /// Forget queues that have held nothing for [`QUEUE_IDLE`], and their metric series.
+    fn retire_idle_queues(&mut self) {
+        let now = self.now_ms();
+        let idle = i64::try_from(QUEUE_IDLE.as_millis()).unwrap_or(i64::MAX);
+        let retired = self.index.retire_idle(now, idle);
+        if !retired.is_empty() {
+            tracing::debug!(queues = retired.len(), "idle queues forgotten");
+            self.metrics.forget_queues(&retired);
+        }
+    }
+
     fn now_ms(&self) -> i64 {
         self.now.timestamp_millis()
     }
@@ -563,6 +586,7 @@ impl Engine {
                 self.last_prune = Instant::now();
                 self.prune_events(&mut txn);
                 self.note_job_count(&mut txn);
+                self.retire_idle_queues();
             } else if stopping {
                 self.note_job_count(&mut txn);
             }

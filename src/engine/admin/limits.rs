@@ -30,6 +30,7 @@ impl Engine {
                 format!("invalid queue name {name:?}"),
             ));
         }
+        self.check_queue_room(name)?;
         let qid = self.index.queue_id(name);
         let q = self.index.queue_mut(qid);
         q.limit = limit;

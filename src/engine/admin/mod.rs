@@ -266,6 +266,7 @@ impl Engine {
             .map(|a| format!("worker:{a}"))
             .unwrap_or_else(|| "api".into());
         for name in names {
+            self.check_queue_room(&name)?;
             let qid = self.index.queue_id(&name);
             if self.index.queue(qid).paused == pause {
                 continue;

@@ -86,7 +86,28 @@ impl Engine {
             ));
         }
         self.check_queued_bytes(p.len as u64)?;
+        self.check_queue_room(&p.new.job.queue)?;
         Ok((id, p))
+    }
+
+    /// Refuse a queue the engine does not know yet when it already knows `--max-queues`
+    /// (0 = no limit), so no client can grow the index, listings and metrics with names.
+    /// (A PUSHB checks each job against the queues known before it, so one batch may pass
+    /// the limit by its new names.)
+    pub(in crate::engine) fn check_queue_room(&self, name: &str) -> OjsResult<()> {
+        let max = self.cfg.max_queues;
+        let known = self.index.live_queues();
+        if max > 0 && known >= max && self.index.find_queue(name).is_none() {
+            return Err(OjsError::new(
+                ErrorCode::QueueFull,
+                format!(
+                    "the server knows {known} queues and the limit (--max-queues) is {max}; \
+                     a queue that has held no job for {} minutes is forgotten",
+                    super::QUEUE_IDLE.as_secs() / 60
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Refuse new jobs of `more` bytes when the jobs not yet finished already hold
