@@ -123,6 +123,9 @@ struct Request {
     reply: oneshot::Sender<Answered>,
     /// Its share of the queue bound, given back when the engine takes the request up.
     permit: Option<OwnedSemaphorePermit>,
+    /// Answer a state change (ACK, FAIL, CANCEL, ACTIVATE) with the job as that change
+    /// left it, taken in the same step (`EngineHandle::call_viewed`).
+    viewed: bool,
 }
 
 /// The bound on requests queued for the engine thread, in permits: each request takes one
@@ -227,6 +230,17 @@ impl EngineHandle {
         cmd: Command,
         bytes: usize,
     ) -> oneshot::Receiver<Answered> {
+        self.send(conn, wid, cmd, bytes, false).await
+    }
+
+    async fn send(
+        &self,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+        bytes: usize,
+        viewed: bool,
+    ) -> oneshot::Receiver<Answered> {
         let weight = (1 + bytes / PERMIT_BYTES).min(QUEUE_PERMITS);
         // The semaphore is never closed; if it were, the request would go unbounded.
         let permit = self
@@ -243,6 +257,7 @@ impl EngineHandle {
             work,
             reply,
             permit,
+            viewed,
         };
         if let Err(e) = self.tx.send(Msg::Request(req)) {
             // The engine is gone (shutting down or failed); answer for it.
@@ -264,6 +279,18 @@ impl EngineHandle {
             _ => 0,
         };
         self.submit(wid, cmd, bytes)
+            .await
+            .await
+            .unwrap_or_else(|_| unavailable())
+    }
+
+    /// An ACK, FAIL, CANCEL or ACTIVATE answered with the job as the change left it
+    /// (`Answer::Job`), read in the same engine step, so a later change in the same batch
+    /// (a waiting FETCH claiming a requeued job) cannot show in the reply; `Answer::Nothing`
+    /// when the change deleted the job. A CANCEL of a finished job is refused
+    /// (`INVALID_STATE_TRANSITION`) instead of being a no-op.
+    pub async fn call_viewed(&self, wid: Option<Arc<str>>, cmd: Command) -> Answered {
+        self.send(None, wid, cmd, 0, true)
             .await
             .await
             .unwrap_or_else(|_| unavailable())
@@ -617,6 +644,7 @@ impl Engine {
             work,
             reply,
             permit,
+            viewed,
         } = req;
         drop(permit);
         if let Some(w) = &wid {
@@ -651,6 +679,14 @@ impl Engine {
                 return answer(txn, reply, out);
             }
         };
+        let view_of = if viewed {
+            match self.viewable(&cmd) {
+                Ok(id) => id,
+                Err(e) => return answer(txn, reply, Err(e)),
+            }
+        } else {
+            None
+        };
         let out = match cmd {
             // `submit` prepares these; a command that arrives otherwise is prepared here.
             cmd @ (Command::Push { .. } | Command::PushBatch(_) | Command::PushEach(_)) => {
@@ -662,6 +698,7 @@ impl Engine {
                         work,
                         reply,
                         permit: None,
+                        viewed,
                     },
                     txn,
                 );
@@ -775,7 +812,41 @@ impl Engine {
                 Ok(answer_of(Answer::Ok))
             }
         };
+        let out = match (view_of, out) {
+            (Some(uid), Ok(_)) => {
+                let job = txn.snapshot(&[uid]).pop();
+                Ok(answer_of(job.map_or(Answer::Nothing, Answer::Job)))
+            }
+            (_, out) => out,
+        };
         answer(txn, reply, out);
+    }
+
+    /// The job a viewed command changes; a CANCEL of a finished job is refused (HTTP
+    /// answers 409 where TCP CANCEL is idempotent).
+    fn viewable(&self, cmd: &Command) -> OjsResult<Option<uuid::Uuid>> {
+        let id = match cmd {
+            Command::Ack { id, .. }
+            | Command::Fail { id, .. }
+            | Command::Cancel { id }
+            | Command::Activate { id } => id,
+            _ => return Ok(None),
+        };
+        let Ok(uid) = uuid::Uuid::parse_str(id) else {
+            return Ok(None);
+        };
+        if let (Command::Cancel { .. }, Some(e)) = (cmd, self.index.jobs.get(&uid)) {
+            if e.state.is_terminal() {
+                return Err(OjsError::new(
+                    ErrorCode::InvalidStateTransition,
+                    format!(
+                        "job {id} is {}; this needs a job that is not yet finished",
+                        e.state.as_str()
+                    ),
+                ));
+            }
+        }
+        Ok(Some(uid))
     }
 
     /// Hand newly available jobs to waiting FETCHes, oldest waiter first, and time out the rest.

@@ -21,6 +21,7 @@ use super::error::ApiError;
 use super::{json_response, AppState};
 use crate::engine::api::JobView;
 use crate::engine::Answer;
+use crate::error::{ErrorCode, OjsError};
 use crate::job::State;
 use crate::protocol::command::WorkerDirective;
 use crate::protocol::Command;
@@ -228,33 +229,53 @@ async fn get_job(
 }
 
 /// The binding answers `409` for a job already finished, where TCP CANCEL is idempotent
-/// (ojs-core §7.6; PROTOCOL.md §10 and §14).
+/// (ojs-core §7.6; PROTOCOL.md §10 and §14). One engine step cancels and answers the job as
+/// it left it.
 async fn cancel(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let before = read(&st, &id).await?.job()?;
-    if before.state.is_terminal() {
-        return Err(conflict(
-            &id,
-            before.state,
-            "a job that is not yet finished",
-        ));
-    }
-    st.engine
-        .call(None, Command::Cancel { id: id.clone() })
-        .await?;
-    Ok(job_body(StatusCode::OK, &read(&st, &id).await?))
+    let cmd = Command::Cancel { id: id.clone() };
+    let job = changed(&st, None, &id, cmd, "a job that is not yet finished").await?;
+    Ok(job_body(StatusCode::OK, &job))
 }
 
 async fn activate(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    st.engine
-        .call(None, Command::Activate { id: id.clone() })
-        .await?;
-    Ok(job_body(StatusCode::OK, &read(&st, &id).await?))
+    let cmd = Command::Activate { id: id.clone() };
+    let job = changed(&st, None, &id, cmd, "a pending job").await?;
+    Ok(job_body(StatusCode::OK, &job))
+}
+
+/// Run a state change and answer the job as that change left it, from the same engine
+/// step (`EngineHandle::call_viewed`): nothing that happens later in the batch (a waiting
+/// FETCH claiming a requeued job) shows. A refused transition is a 409 naming the job's
+/// state; a job the change deleted is read as not found.
+async fn changed(
+    st: &AppState,
+    wid: Option<Arc<str>>,
+    id: &str,
+    cmd: Command,
+    expected: &str,
+) -> Result<JobView, ApiError> {
+    match st.engine.call_viewed(wid, cmd).await {
+        Ok(Answer::Job(j)) => Ok(j),
+        Ok(Answer::Nothing) => Err(ApiError::from(OjsError::new(
+            ErrorCode::NotFound,
+            format!("job {id} was deleted by this change"),
+        ))),
+        Ok(other) => Err(ApiError::unexpected(&other)),
+        Err(e) if e.code == ErrorCode::InvalidStateTransition => {
+            // Read only on this error path, for the state the binding's details name.
+            match read(st, id).await {
+                Ok(j) => Err(conflict(id, j.job()?.state, expected)),
+                Err(_) => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn conflict(id: &str, state: State, expected: &str) -> ApiError {
@@ -333,35 +354,23 @@ async fn fetch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, 
 /// checks it against the job's holder as for every front end: a request without
 /// `worker_id` settles only a job no worker holds by name (PROTOCOL.md §5.2), so it cannot
 /// complete another worker's job by leaving its name out.
-async fn settle_as(
-    st: &AppState,
-    req: &Map<String, Value>,
-    id: &str,
-    verb: &str,
-) -> Result<Option<Arc<str>>, ApiError> {
-    let job = read(st, id).await?.job()?;
-    if job.state != State::Active {
-        return Err(conflict(id, job.state, &format!("an active job to {verb}")));
-    }
+fn settle_as(req: &Map<String, Value>) -> Result<Option<Arc<str>>, ApiError> {
     worker_id(req)
 }
 
 async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let id = job_id(&req)?;
-    let wid = settle_as(&st, &req, &id, "acknowledge").await?;
+    let wid = settle_as(&req)?;
     let result = req.get("result").filter(|v| !v.is_null()).cloned();
-    st.engine
-        .call(
-            wid,
-            Command::Ack {
-                id: id.clone(),
-                result,
-                handed_out: false,
-            },
-        )
-        .await?;
-    let job = read(&st, &id).await?.job()?;
+    let cmd = Command::Ack {
+        id: id.clone(),
+        result,
+        handed_out: false,
+    };
+    let job = changed(&st, wid, &id, cmd, "an active job to acknowledge")
+        .await?
+        .job()?;
     let body = json!({"acknowledged": true, "job_id": id, "state": job.state.as_str(),
         "completed_at": job.completed_at.map(crate::job::format_ts)});
     Ok(json_response(
@@ -399,19 +408,16 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
     let mut obj = Map::new();
     obj.insert("error".into(), Value::Object(fail));
     let error = crate::protocol::command::fail_error(&obj)?;
-    let wid = settle_as(&st, &req, &id, "fail").await?;
-    st.engine
-        .call(
-            wid,
-            Command::Fail {
-                id: id.clone(),
-                error,
-                handed_out: false,
-                requeue,
-            },
-        )
-        .await?;
-    let job = read(&st, &id).await?.job()?;
+    let wid = settle_as(&req)?;
+    let cmd = Command::Fail {
+        id: id.clone(),
+        error,
+        handed_out: false,
+        requeue,
+    };
+    let job = changed(&st, wid, &id, cmd, "an active job to fail")
+        .await?
+        .job()?;
     let mut out = json!({"job_id": id, "state": job.state.as_str(), "attempt": job.attempt,
         "max_attempts": job.retry.max_attempts});
     // The delay is measured from the failure's own time (the engine's clock), not from
