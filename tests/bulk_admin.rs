@@ -135,3 +135,23 @@ fn mutate_in_slices_matches_exactly_and_a_pathological_glob_is_refused() {
     assert_eq!(info["queues"]["default"]["discarded"], 1000, "{info}");
     assert_eq!(info["queues"]["default"]["scheduled"], 2000, "{info}");
 }
+
+#[test]
+fn queue_remove_in_slices_deletes_the_waiting_jobs_and_keeps_the_scheduled_one() {
+    let srv = Server::start_with(&["--faktory-listen", "127.0.0.1:0"]);
+    let mut c = srv.client();
+    let mut f = Faktory::open(&srv.faktory_addr);
+    push_many(&mut c, "rq", 3000, json!({}));
+    let later = push_id(
+        &mut c,
+        &test_job("rq", json!({"scheduled_at": "2099-01-01T00:00:00Z"})),
+    );
+    let other = push_id(&mut c, &test_job("keep", json!({})));
+    // The Faktory name of the OJS queue "rq" is "rq".
+    assert_eq!(f.call("QUEUE REMOVE rq"), "+OK");
+    let stats = call_json(&mut c, "QUEUE STATS rq");
+    assert_eq!(stats["counts"]["available"], 0, "{stats}");
+    assert_eq!(stats["counts"]["scheduled"], 1, "{stats}");
+    assert_eq!(state_of(&mut c, &later), "scheduled");
+    assert_eq!(state_of(&mut c, &other), "available");
+}

@@ -18,7 +18,10 @@ fn a_requeuing_nack_reports_available_though_a_waiting_fetch_takes_the_job_at_on
     let srv = Server::start_with(&["--fetch-wait-ms", "30000"]);
     let a = srv.http_addr.clone();
     let mut c = srv.client();
-    let id = push_id(&mut c, &test_job("race", json!({"retry": {"max_attempts": 5}})));
+    let id = push_id(
+        &mut c,
+        &test_job("race", json!({"retry": {"max_attempts": 5}})),
+    );
     let (_, got) = post(
         &a,
         "/ojs/v1/workers/fetch",
@@ -85,7 +88,10 @@ fn ack_cancel_and_activate_answer_the_changed_job_and_a_refused_change_is_a_409(
         json!({"job_id": id, "worker_id": "w"}),
     );
     assert_eq!(status, 409, "{body}");
-    assert_eq!(body["error"]["details"]["current_state"], "completed", "{body}");
+    assert_eq!(
+        body["error"]["details"]["current_state"], "completed",
+        "{body}"
+    );
     // CANCEL of a finished job: 409; of a waiting one: the cancelled job.
     let r = send(&a, "DELETE", &format!("/ojs/v1/jobs/{id}"), "");
     assert_eq!(r.status, 409, "{}", r.text());

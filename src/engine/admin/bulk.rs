@@ -1,4 +1,4 @@
-//! Bulk admin work in slices: a MUTATE or QUEUE PURGE over many jobs does not hold the
+//! Bulk admin work in slices: a MUTATE, QUEUE PURGE or QUEUE REMOVE over many jobs does not hold the
 //! engine for the whole set. It lists its candidates when it arrives, then each engine
 //! iteration works through them for at most [`SLICE_BUDGET`] (each slice committed with
 //! that iteration's batch), so other clients' commands are served between slices. The
@@ -9,7 +9,7 @@
 //! already committed done and the rest untouched; the client, which got no reply, may send
 //! the command again and it applies to what is left.
 
-use super::mutate::MutateWork;
+use super::mutate::{MutateWork, RemoveWork};
 use super::queues::PurgeWork;
 use crate::engine::api::{Answer, Answered};
 use crate::engine::txn::{Out, Txn};
@@ -27,6 +27,7 @@ const STRIDE: usize = 64;
 pub(in crate::engine) enum BulkWork {
     Mutate(MutateWork),
     Purge(PurgeWork),
+    Remove(RemoveWork),
 }
 
 /// One bulk operation under way.
@@ -58,20 +59,13 @@ impl Bulk {
     fn done(&self) -> bool {
         self.next >= self.ids.len()
     }
-
-    fn answer(&self) -> Answer {
-        match &self.work {
-            BulkWork::Mutate(w) => Engine::mutated(w, self.matched, self.changed),
-            BulkWork::Purge(w) => Engine::purged(w, self.changed),
-        }
-    }
 }
 
 impl Engine {
     /// Queue a bulk operation; an empty one is answered in this batch.
     pub(in crate::engine) fn start_bulk(&mut self, txn: &mut Txn, bulk: Bulk) {
         if bulk.done() {
-            let answer = bulk.answer();
+            let answer = self.bulk_answer(txn, &bulk);
             txn.reply(bulk.reply, Out::Answer(Ok(answer)));
         } else {
             self.bulk.push_back(bulk);
@@ -99,7 +93,7 @@ impl Engine {
                 tracing::warn!(error = %e, "bulk operation stopped part-way");
                 txn.reply(bulk.reply, Out::Answer(Err(e)));
             } else if bulk.done() {
-                let answer = bulk.answer();
+                let answer = self.bulk_answer(txn, &bulk);
                 txn.reply(bulk.reply, Out::Answer(Ok(answer)));
             } else {
                 self.bulk.push_front(bulk);
@@ -108,6 +102,15 @@ impl Engine {
             if !stopping && started.elapsed() >= SLICE_BUDGET {
                 return;
             }
+        }
+    }
+
+    /// The answer of a finished bulk operation (QUEUE REMOVE forgets its queues now).
+    fn bulk_answer(&mut self, txn: &mut Txn, bulk: &Bulk) -> Answer {
+        match &bulk.work {
+            BulkWork::Mutate(w) => Engine::mutated(w, bulk.matched, bulk.changed),
+            BulkWork::Purge(w) => Engine::purged(w, bulk.changed),
+            BulkWork::Remove(w) => self.removed(txn, w, bulk.changed),
         }
     }
 
@@ -126,6 +129,11 @@ impl Engine {
                     let purged = self.purge_one(txn, w, id)?;
                     bulk.matched += usize::from(purged);
                     bulk.changed += usize::from(purged);
+                }
+                BulkWork::Remove(w) => {
+                    let removed = self.remove_one(txn, w, id);
+                    bulk.matched += usize::from(removed);
+                    bulk.changed += usize::from(removed);
                 }
             }
         }

@@ -232,7 +232,12 @@ impl Engine {
         let answer = match cmd {
             QueueCmd::Pause(n) => self.pause_queues(txn, n, true, actor).map(|_| Answer::Ok),
             QueueCmd::Resume(n) => self.pause_queues(txn, n, false, actor).map(|_| Answer::Ok),
-            QueueCmd::Remove(n) => self.queue_remove(txn, n),
+            QueueCmd::Remove(n) => match self.start_remove(n) {
+                Ok((work, ids)) => {
+                    return self.start_bulk(txn, Bulk::new(BulkWork::Remove(work), ids, reply))
+                }
+                Err(e) => Err(e),
+            },
             QueueCmd::Limit { queue, limit } => self.set_queue_limit(txn, &queue, limit),
             QueueCmd::Latency(n) => self.queue_latency(txn, n),
             QueueCmd::List => Ok(self.queue_list()),

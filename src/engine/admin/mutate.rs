@@ -4,6 +4,7 @@
 //! and forget it), LATENCY and `*` for every queue.
 
 use crate::engine::api::{self, Answer};
+use crate::engine::index::QueueId;
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
@@ -52,6 +53,12 @@ fn bounded_glob(pattern: &str) -> OjsResult<globset::GlobMatcher> {
         )));
     }
     compile_glob(pattern)
+}
+
+/// The queues a sliced QUEUE REMOVE empties and then forgets.
+pub(in crate::engine) struct RemoveWork {
+    names: Vec<String>,
+    qids: Vec<QueueId>,
 }
 
 /// What a sliced MUTATE does to each job it looks at.
@@ -244,35 +251,60 @@ impl Engine {
         Ok(names)
     }
 
-    /// QUEUE REMOVE: delete each queue's waiting (`available`) jobs and forget the queue;
-    /// its scheduled, retrying and running jobs stay and bring it back when they return.
-    pub(in crate::engine) fn queue_remove(
+    /// QUEUE REMOVE, started: each queue's waiting (`available`) jobs listed, to be deleted
+    /// in slices (`bulk.rs`); then the queues are forgotten. Their scheduled, retrying and
+    /// running jobs stay and bring a queue back when they return.
+    pub(in crate::engine) fn start_remove(
+        &self,
+        names: Vec<String>,
+    ) -> OjsResult<(RemoveWork, Vec<Uuid>)> {
+        let names = self.expand_queues(names)?;
+        let qids: Vec<QueueId> = names
+            .iter()
+            .filter_map(|n| self.index.find_queue(n))
+            .collect();
+        let ids = self
+            .index
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.state == State::Available && qids.contains(&e.queue))
+            .map(|(id, _)| *id)
+            .collect();
+        Ok((RemoveWork { names, qids }, ids))
+    }
+
+    /// One candidate of a QUEUE REMOVE: deleted if it is still waiting in one of them.
+    pub(in crate::engine) fn remove_one(
         &mut self,
         txn: &mut Txn,
-        names: Vec<String>,
-    ) -> OjsResult<Answer> {
-        let mut removed = 0usize;
-        for name in self.expand_queues(names)? {
-            let Some(qid) = self.index.find_queue(&name) else {
-                continue;
-            };
-            let ids: Vec<Uuid> = self
-                .index
-                .jobs
-                .iter()
-                .filter(|(_, e)| e.queue == qid && e.state == State::Available)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in ids {
-                self.delete_job(txn, id);
-                removed += 1;
-            }
-            self.forget_queue(txn, &name);
+        w: &RemoveWork,
+        id: Uuid,
+    ) -> bool {
+        let waiting = self
+            .index
+            .jobs
+            .get(&id)
+            .is_some_and(|e| e.state == State::Available && w.qids.contains(&e.queue));
+        if waiting {
+            self.delete_job(txn, id);
         }
-        Ok(Answer::Mutated(api::Mutated {
+        waiting
+    }
+
+    /// A QUEUE REMOVE whose jobs are deleted: forget the queues, and answer.
+    pub(in crate::engine) fn removed(
+        &mut self,
+        txn: &mut Txn,
+        w: &RemoveWork,
+        removed: usize,
+    ) -> Answer {
+        for name in &w.names {
+            self.forget_queue(txn, name);
+        }
+        Answer::Mutated(api::Mutated {
             matched: removed,
             changed: removed,
-        }))
+        })
     }
 
     /// QUEUE LATENCY: per queue, seconds since its longest-waiting job was enqueued.
