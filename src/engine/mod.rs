@@ -435,6 +435,7 @@ pub struct Engine {
     reads: VecDeque<events::Read>,
     /// MUTATE and QUEUE PURGE under way, worked through in slices (`admin/bulk.rs`).
     bulk: VecDeque<admin::Bulk>,
+    slow: SlowLog,
     /// Set when a job became available, so waiting FETCHes are worth another look.
     woke: bool,
     stats: Stats,
@@ -456,6 +457,27 @@ pub struct Engine {
     overview: admin::Overview,
     /// The syncer, when commits are pipelined.
     pipeline: Option<commit::Pipeline>,
+}
+
+/// An engine iteration this long is logged with what it did (a stall everyone waits for).
+const SLOW_ITERATION: Duration = Duration::from_millis(10);
+
+/// Reports of slow iterations, at most one a second (the others are counted).
+#[derive(Default)]
+struct SlowLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl SlowLog {
+    fn log_now(&mut self) -> bool {
+        if self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            self.unlogged += 1;
+            return false;
+        }
+        self.last = Some(Instant::now());
+        true
+    }
 }
 
 /// Longest an iteration spends answering reads of the event log before it takes up
@@ -489,6 +511,7 @@ pub fn start(
         waiters: VecDeque::new(),
         reads: VecDeque::new(),
         bulk: VecDeque::new(),
+        slow: SlowLog::default(),
         woke: false,
         stats: Stats::default(),
         started: Instant::now(),
@@ -585,6 +608,8 @@ impl Engine {
                 }
             }
             self.now = self.clock.now();
+            let began = Instant::now();
+            let messages = batch.len();
             let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
             for msg in batch {
                 match msg {
@@ -601,6 +626,7 @@ impl Engine {
                     Msg::Shutdown => stopping = true,
                 }
             }
+            let applied = began.elapsed();
             self.run_bulk(&mut txn, stopping);
             self.unclaim_undelivered(&mut txn);
             self.run_timers(&mut txn);
@@ -617,15 +643,37 @@ impl Engine {
             } else if stopping {
                 self.note_job_count(&mut txn);
             }
+            let upkept = began.elapsed();
             self.commit(txn)?;
+            let committed = began.elapsed();
             // Reads run once the batch is in the log, so a new live feed starts exactly
             // after the last event the read could see.
-            let reading = Instant::now();
+            let mut reads = 0usize;
             while let Some(read) = self.reads.pop_front() {
                 self.answer_read(read);
-                if reading.elapsed() >= READ_BUDGET {
+                reads += 1;
+                if began.elapsed().saturating_sub(committed) >= READ_BUDGET {
                     break;
                 }
+            }
+            let total = began.elapsed();
+            if total >= SLOW_ITERATION && self.slow.log_now() {
+                // What a stall was made of, for the operator and the benchmark notes.
+                let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+                tracing::warn!(
+                    also_slow_since_last_report = std::mem::take(&mut self.slow.unlogged),
+                    total_ms = ms(total),
+                    messages,
+                    apply_ms = ms(applied),
+                    upkeep_ms = ms(upkept - applied),
+                    commit_ms = ms(committed - upkept),
+                    reads,
+                    reads_ms = ms(total - committed),
+                    bulk_pending = self.bulk.len(),
+                    reads_pending = self.reads.len(),
+                    waiters = self.waiters.len(),
+                    "slow engine iteration"
+                );
             }
             if stopping {
                 if let Some(p) = self.pipeline.as_mut() {
