@@ -193,7 +193,7 @@ fn push_and_pushb_replies() {
         "priority",
         "args",
     ];
-    let want = json!(["1.0.0-rc.1", "default", "available", 0, 0, ["a@b.c"]]);
+    let want = json!(["1.0", "default", "available", 0, 0, ["a@b.c"]]);
     assert_eq!(pick(&j, &fields), want);
     assert!(
         j["created_at"].is_string() && j["enqueued_at"].is_string(),

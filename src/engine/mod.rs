@@ -471,7 +471,10 @@ struct SlowLog {
 
 impl SlowLog {
     fn log_now(&mut self) -> bool {
-        if self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
             self.unlogged += 1;
             return false;
         }

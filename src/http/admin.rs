@@ -389,7 +389,8 @@ async fn dead_retry(State(st): State<AppState>, Path(id): Path<String>) -> Res {
 
 async fn dead_delete(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     call(&st, Command::Dead(DeadCmd::Delete(id.clone()))).await?;
-    Ok(ok_json(&json!({"id": id, "deleted": true})))
+    // The binding's `{deleted, job_id}`, and `id` as before.
+    Ok(ok_json(&json!({"deleted": true, "job_id": id, "id": id})))
 }
 
 async fn dead_retry_all(State(st): State<AppState>, body: Bytes) -> Res {

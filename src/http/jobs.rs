@@ -23,6 +23,7 @@ use crate::engine::api::JobView;
 use crate::engine::Answer;
 use crate::error::{ErrorCode, OjsError};
 use crate::job::State;
+use crate::protocol::command::BeatReport;
 use crate::protocol::command::WorkerDirective;
 use crate::protocol::Command;
 use axum::body::Bytes;
@@ -178,10 +179,27 @@ fn envelopes(views: &[JobView]) -> Vec<u8> {
     out
 }
 
+/// The engine marks the existing job it answers for an ignored duplicate with a top-level
+/// `"deduplicated": true`.
+fn deduplicated(job: &JobView) -> bool {
+    let bytes = job.json();
+    let needle = b"\"deduplicated\":true";
+    bytes.windows(needle.len()).any(|w| w == needle)
+        && serde_json::from_slice::<Map<String, Value>>(bytes)
+            .is_ok_and(|m| m.get("deduplicated") == Some(&Value::Bool(true)))
+}
+
 async fn push(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let (job, len) = push_cmd(envelope(object(&body)?)?);
     let job = one_job(&st, None, Command::Push { job, len }).await?;
-    let mut resp = job_body(StatusCode::CREATED, &job);
+    // An ignored unique duplicate stored nothing: 200 with the existing job, not 201
+    // (ojs-unique-jobs).
+    let status = if deduplicated(&job) {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let mut resp = job_body(status, &job);
     let id = job.job()?.id;
     if let Ok(v) = HeaderValue::from_str(&format!("/ojs/v1/jobs/{id}")) {
         resp.headers_mut().insert(header::LOCATION, v);
@@ -371,7 +389,8 @@ async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, Ap
     let job = changed(&st, wid, &id, cmd, "an active job to acknowledge")
         .await?
         .job()?;
-    let body = json!({"acknowledged": true, "job_id": id, "state": job.state.as_str(),
+    // `id` beside `job_id`: the conformance suite reads `$.id`.
+    let body = json!({"acknowledged": true, "job_id": id, "id": id, "state": job.state.as_str(),
         "completed_at": job.completed_at.map(crate::job::format_ts)});
     Ok(json_response(
         StatusCode::OK,
@@ -418,8 +437,8 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
     let job = changed(&st, wid, &id, cmd, "an active job to fail")
         .await?
         .job()?;
-    let mut out = json!({"job_id": id, "state": job.state.as_str(), "attempt": job.attempt,
-        "max_attempts": job.retry.max_attempts});
+    let mut out = json!({"job_id": id, "id": id, "state": job.state.as_str(),
+        "attempt": job.attempt, "max_attempts": job.retry.max_attempts});
     // The delay is measured from the failure's own time (the engine's clock), not from
     // when this reply is written; a requeued job is due at once.
     let failed_at = job
@@ -440,6 +459,9 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
     }
     if let Some(at) = job.discarded_at {
         out["discarded_at"] = json!(crate::job::format_ts(at));
+        // A discarded job is finished: the binding's NACK reply names when.
+        let done = job.completed_at.unwrap_or(at);
+        out["completed_at"] = json!(crate::job::format_ts(done));
     }
     Ok(json_response(
         StatusCode::OK,
@@ -447,24 +469,66 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
     ))
 }
 
+/// The jobs a heartbeat reports. Two shapes are read (PROTOCOL.md §14): the binding's
+/// (§10.4) `active_jobs` as an array of ids, and the worker protocol's `active_jobs` as a
+/// count beside `active_job_ids`, the ids (what the JS SDK sends).
+fn active_job_ids(req: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    let ids = |v: &Value, name: &str| match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::bad_request(format!("{name} must be an array of job ids"))),
+        _ => Err(ApiError::bad_request(format!(
+            "{name} must be an array of job ids"
+        ))),
+    };
+    match (req.get("active_jobs"), req.get("active_job_ids")) {
+        (_, Some(v)) if !v.is_null() => ids(v, "active_job_ids"),
+        (Some(Value::Number(n)), _) if n.is_u64() => Ok(Vec::new()),
+        (Some(v), _) if !v.is_number() => ids(v, "active_jobs"),
+        (Some(_), _) => Err(ApiError::bad_request(
+            "active_jobs must be a count (with active_job_ids) or an array of job ids",
+        )),
+        (None, _) => Ok(Vec::new()),
+    }
+}
+
+/// The worker protocol's `state` (`running`, `quiet`, `terminate`): a worker that says it
+/// is quiet or terminating is treated so, as a Faktory BEAT's `current_state` is.
+fn beat_report(req: &Map<String, Value>) -> Result<BeatReport, ApiError> {
+    let state = match req.get("state") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => match s.as_str() {
+            "running" | "active" | "" => None,
+            "quiet" => Some(WorkerDirective::Quiet),
+            "terminate" | "terminating" => Some(WorkerDirective::Terminate),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "state must be running, quiet or terminate, not {other:?}"
+                )))
+            }
+        },
+        Some(_) => return Err(ApiError::bad_request("state must be a string")),
+    };
+    Ok(BeatReport {
+        state,
+        ..Default::default()
+    })
+}
+
 async fn heartbeat(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let Some(wid) = worker_id(&req)? else {
         return Err(ApiError::bad_request("worker_id is required"));
     };
-    let active = match req.get("active_jobs").or_else(|| req.get("active_job_ids")) {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| v.as_str().map(str::to_string))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| ApiError::bad_request("active_jobs must be an array of job ids"))?,
-        Some(_) => return Err(ApiError::bad_request("active_jobs must be an array")),
-    };
+    let active = active_job_ids(&req)?;
+    let report = beat_report(&req)?;
     let cmd = Command::Beat {
         wid: wid.to_string(),
         active_job_ids: Some(active.clone()),
-        report: Default::default(),
+        report,
     };
     let state = match st.engine.call(Some(wid), cmd).await? {
         Answer::Ok => "running",

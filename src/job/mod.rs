@@ -16,7 +16,10 @@ use serde_json::{Map, Value};
 
 pub use retry::{BackoffStrategy, OnExhaustion, RetryPolicy};
 
-pub const SPEC_VERSION: &str = "1.0.0-rc.1";
+/// The OJS version of the envelopes ojsd writes (ojs-core: `specversion` MUST be "1.0").
+pub const SPEC_VERSION: &str = "1.0";
+/// The version ojsd wrote before; still accepted from clients and read from storage.
+pub const OLD_SPEC_VERSION: &str = "1.0.0-rc.1";
 /// Default visibility timeout (ojs-core §5.2 `timeout`), seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 1800;
 /// How many error-history entries a job keeps (ojs-retry §10.1 asks for at least 10).

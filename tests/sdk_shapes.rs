@@ -1,0 +1,153 @@
+//! Call shapes of the official OJS SDKs and the conformance suite, written from the
+//! binding and worker-protocol documents (issue 22): `-` in job types, specversion "1.0",
+//! 200 for an ignored unique duplicate, `id` in ACK/NACK replies and `completed_at` when a
+//! NACK discards, heartbeats in the worker-protocol shape, and the binding's
+//! dead-letter delete reply.
+
+mod common;
+
+use common::http::send;
+use common::Server;
+use serde_json::{json, Value};
+
+fn post(addr: &str, path: &str, body: Value) -> (u16, Value) {
+    let r = send(addr, "POST", path, &body.to_string());
+    (r.status, r.json())
+}
+
+fn fetch(addr: &str, queue: &str, wid: &str) -> Value {
+    let (status, got) = post(
+        addr,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": [queue], "worker_id": wid, "wait_ms": 0}),
+    );
+    assert_eq!(status, 200, "{got}");
+    got["jobs"][0].clone()
+}
+
+#[test]
+fn dashed_types_specversion_and_unique_ignore() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "send-email", "args": ["a@b.c"], "specversion": "1.0"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["job"]["type"], "send-email");
+    assert_eq!(body["job"]["specversion"], "1.0");
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "retry.test.max-interval-cap", "args": []}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["job"]["specversion"], "1.0", "the version ojsd writes");
+    // An ignored duplicate stores nothing: 200 and the existing job.
+    let unique = json!({"type": "report.build", "args": [7],
+        "options": {"unique": {"keys": ["type", "args"], "on_conflict": "ignore"}}});
+    let (status, first) = post(&a, "/ojs/v1/jobs", unique.clone());
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = post(&a, "/ojs/v1/jobs", unique);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["job"]["id"], first["job"]["id"]);
+}
+
+#[test]
+fn ack_and_nack_replies_carry_id_and_a_discarding_nack_its_completed_at() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "options": {"queue": "r"}}),
+    );
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    assert_eq!(fetch(&a, "r", "w")["id"], id.as_str());
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "worker_id": "w"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], id.as_str(), "{body}");
+
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "options": {"queue": "r", "retry": {"max_attempts": 1}}}),
+    );
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    fetch(&a, "r", "w");
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "worker_id": "w", "error": {"code": "boom", "message": "no"}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], id.as_str(), "{body}");
+    assert_eq!(body["state"], "discarded", "{body}");
+    assert!(body["completed_at"].is_string(), "{body}");
+
+    // The binding's dead-letter delete reply.
+    let r = send(&a, "DELETE", &format!("/ojs/v1/dead-letter/{id}"), "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (v["deleted"].clone(), v["job_id"].clone()),
+        (json!(true), json!(id))
+    );
+}
+
+#[test]
+fn heartbeats_in_the_worker_protocol_shape_and_the_binding_shape() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "options": {"queue": "hb"}}),
+    );
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    fetch(&a, "hb", "js-worker");
+    // The worker protocol: active_jobs a count, active_job_ids the ids (the JS SDK).
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "js-worker", "state": "running", "active_jobs": 1,
+            "active_job_ids": [id], "hostname": "h", "pid": 1, "queues": ["hb"], "concurrency": 1}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "running", "{body}");
+    assert_eq!(body["jobs_extended"], json!([id]), "{body}");
+    // The binding: active_jobs the ids.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "js-worker", "active_jobs": [id]}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["jobs_extended"], json!([id]), "{body}");
+    // A worker that says it is quiet is treated as quiet: its FETCH gets nothing.
+    post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "options": {"queue": "hb"}}),
+    );
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "js-worker", "state": "quiet", "active_jobs": 0, "active_job_ids": []}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "quiet", "{body}");
+    assert_eq!(fetch(&a, "hb", "js-worker"), Value::Null);
+    // A bad shape is still refused.
+    let (status, _) = post(
+        &a,
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "js-worker", "active_jobs": "five"}),
+    );
+    assert_eq!(status, 400);
+}
