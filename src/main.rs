@@ -95,8 +95,8 @@ struct Args {
     /// name a level (`warn,ojsd::server=debug`).
     #[arg(long, env = "OJSD_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
     log_level: String,
-    /// Let `CLOCK ADVANCE <secs>` move the engine clock. For tests only.
-    #[arg(long, env = "OJSD_TEST_CLOCK")]
+    /// Let `CLOCK ADVANCE <secs>` move the engine clock. For tests only: hidden from --help.
+    #[arg(long, env = "OJSD_TEST_CLOCK", hide = true)]
     test_clock: bool,
     /// Address for HTTP: events over SSE, WebSocket and polling, /metrics, health; `off`
     /// disables it. Port 0 picks a free port; the chosen address is printed.
@@ -106,12 +106,11 @@ struct Args {
     /// `https://admin.example.com`; repeat or separate with commas. None by default.
     #[arg(long = "cors-origin", env = "OJSD_CORS_ORIGINS", value_delimiter = ',')]
     cors_origin: Vec<String>,
-    /// How long an SSE stream may stay silent before a keep-alive comment is sent, ms.
     /// A second TCP listener that speaks the Faktory dialect (off unless set; Faktory
     /// clients expect 7419, so then move --listen elsewhere).
     #[arg(long, env = "OJSD_FAKTORY_LISTEN")]
     faktory_listen: Option<SocketAddr>,
-
+    /// How long an SSE stream may stay silent before a keep-alive comment is sent, ms.
     #[arg(long, env = "OJSD_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     sse_keepalive_ms: u64,
     /// Bytes of events one subscriber (TCP SUBSCRIBE, an SSE stream, a WebSocket

@@ -1,0 +1,36 @@
+//! `ojsd --help` as a newcomer reads it (issue 22): every flag has its own description,
+//! and the test-only flag is not shown.
+
+use std::process::Command;
+
+#[test]
+fn every_flag_has_its_own_description_and_test_flags_are_hidden() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ojsd"))
+        .arg("--help")
+        .output()
+        .expect("run ojsd --help");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut flags = 0;
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        if !(t.starts_with("--") && l.starts_with("      ")) || t.starts_with("--help") {
+            continue;
+        }
+        flags += 1;
+        let next = lines.get(i + 1).map(|n| n.trim()).unwrap_or("");
+        assert!(
+            !next.is_empty() && !next.starts_with('[') && !next.starts_with("--"),
+            "{t} has no description of its own: next line {next:?}"
+        );
+    }
+    assert!(flags > 30, "{flags} flags found in:\n{text}");
+    let faktory = text.find("--faktory-listen <").expect("--faktory-listen");
+    assert!(text[faktory..].lines().nth(1).unwrap().contains("Faktory"));
+    let sse = text
+        .find("--sse-keepalive-ms <")
+        .expect("--sse-keepalive-ms");
+    assert!(text[sse..].lines().nth(1).unwrap().contains("SSE"));
+    assert!(!text.contains("--test-clock"), "a test-only flag in --help");
+}
