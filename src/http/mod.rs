@@ -59,9 +59,9 @@ const OJS_JSON: &str = "application/openjobspec+json";
 pub struct HttpConfig {
     /// How long an SSE stream may stay silent before a `: keepalive` comment is sent.
     pub keepalive: Duration,
-    /// The server's `--password`: when set, every route but health needs
-    /// `Authorization: Bearer <password>`.
-    pub password: Option<String>,
+    /// The server's `--password` and `--token`s: when there is one, every route but health
+    /// and the dashboard's page needs `Authorization: Bearer <token>`.
+    pub tokens: crate::auth::Tokens,
     /// Wrong passwords per client address, shared with the TCP listeners
     /// (`--max-auth-failures` per `--auth-failure-window-ms`).
     pub auth_failures: Arc<AuthLimiter>,
@@ -85,7 +85,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             keepalive: Duration::from_secs(15),
-            password: None,
+            tokens: crate::auth::Tokens::default(),
             auth_failures: AuthLimiter::shared(
                 crate::server::DEFAULT_MAX_AUTH_FAILURES,
                 Duration::from_millis(crate::server::DEFAULT_AUTH_FAILURE_WINDOW_MS),
@@ -111,9 +111,9 @@ pub struct AppState {
 
 /// Every route, with the fallbacks and the header middleware.
 pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
-    let guard = cfg.password.clone().map(|pw| {
+    let guard = (!cfg.tokens.is_open()).then(|| {
         Arc::new(Credentials {
-            password: pw.into(),
+            tokens: cfg.tokens.clone(),
             failures: cfg.auth_failures.clone(),
         })
     });
@@ -296,7 +296,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 /// What a request needs with `--password` set, and the count of wrong ones per address.
 struct Credentials {
-    password: Box<str>,
+    tokens: crate::auth::Tokens,
     failures: Arc<AuthLimiter>,
 }
 
@@ -337,13 +337,21 @@ async fn auth(guard: Option<Arc<Credentials>>, req: Request, next: Next) -> Resp
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !crate::server::same(token, &guard.password) {
-        if let Some(ip) = ip {
-            guard.failures.failed(ip, std::time::Instant::now());
+    match guard.tokens.bearer(token) {
+        None => {
+            if let Some(ip) = ip {
+                guard.failures.failed(ip, std::time::Instant::now());
+            }
+            unauthenticated().into_response()
         }
-        return unauthenticated().into_response();
+        Some(crate::auth::Role::Admin) => next.run(req).await,
+        Some(role) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "FORBIDDEN",
+            format!("the HTTP routes need the admin role; this token is {role}"),
+        )
+        .into_response(),
     }
-    next.run(req).await
 }
 
 fn unauthenticated() -> ApiError {

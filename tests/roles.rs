@@ -1,0 +1,292 @@
+//! Tokens with roles (issue 19, "who may do what"), over real sockets: for each role a
+//! command it may run and one it may not, on the OJS TCP port, the Faktory port and HTTP;
+//! a refused command leaves the connection open; a wrong token still counts against the
+//! address's allowance; `--password` alone is an admin token; tokens from the config file,
+//! one of them with its secret read from a file.
+
+mod common;
+
+use common::http::request;
+use common::Server;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+const TOKENS: &[&str] = &[
+    "--token",
+    "admin:adm-secret",
+    "--token",
+    "producer:prod-secret",
+    "--token",
+    "worker:work-secret",
+    "--token",
+    "observer:obs-secret",
+];
+
+fn start(extra: &[&str]) -> Server {
+    let mut args: Vec<&str> = TOKENS.to_vec();
+    args.extend_from_slice(&["--faktory-listen", "127.0.0.1:0"]);
+    args.extend_from_slice(extra);
+    Server::start_with(&args)
+}
+
+/// A raw connection to either TCP dialect (both frame replies the same way).
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Conn {
+    /// Connect and HELLO with `secret` (hashed with the greeting's salt); `Err` holds the
+    /// error line a refused HELLO got.
+    fn open(addr: &str, secret: Option<&str>, wid: Option<&str>) -> Result<Conn, String> {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut c = Conn {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        };
+        let hi = c.line();
+        let greeting: Value = serde_json::from_str(hi.strip_prefix("+HI ").expect(&hi)).unwrap();
+        let mut hello = json!({"hostname": "h", "pid": 1, "v": 2, "labels": []});
+        if let (Some(salt), Some(i)) = (greeting["s"].as_str(), greeting["i"].as_u64()) {
+            hello["pwdhash"] = json!(ojs_client::password_hash(secret.unwrap_or(""), salt, i));
+        }
+        if let Some(w) = wid {
+            hello["wid"] = json!(w);
+        }
+        match c.call(&format!("HELLO {hello}")).as_str() {
+            "+OK" => Ok(c),
+            other => Err(other.to_string()),
+        }
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).expect("read");
+        l.trim_end().to_string()
+    }
+
+    /// One command; a bulk reply is returned as its payload, anything else as its line.
+    fn call(&mut self, cmd: &str) -> String {
+        self.w.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+        let first = self.line();
+        match first.strip_prefix('$') {
+            Some("-1") => "$-1".to_string(),
+            Some(_) => self.line(),
+            None => first,
+        }
+    }
+
+    fn json(&mut self, cmd: &str) -> Value {
+        let r = self.call(cmd);
+        serde_json::from_str(&r).unwrap_or_else(|e| panic!("{cmd}: {r:?}: {e}"))
+    }
+}
+
+fn ojs(srv: &Server, secret: &str) -> Conn {
+    Conn::open(&srv.addr, Some(secret), None).expect("HELLO")
+}
+
+fn push_line(queue: &str) -> String {
+    format!(r#"PUSH {{"type":"t.roles","queue":"{queue}","args":[]}}"#)
+}
+
+const PURGE: &str = r#"QUEUE PURGE q {"states":["available"],"confirm":true}"#;
+
+fn assert_forbidden(reply: &str, verb: &str, role: &str) {
+    assert_eq!(
+        reply,
+        format!("-ERR FORBIDDEN {verb} needs the {role} role"),
+        "{verb}"
+    );
+}
+
+#[test]
+fn each_role_on_the_ojs_port() {
+    let srv = start(&[]);
+
+    // producer: enqueue, read its job by id, INFO; nothing of a worker's or an admin's.
+    let mut p = ojs(&srv, "prod-secret");
+    let job = p.json(&push_line("q"));
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(p.json(&format!("JOB {id}"))["state"], "available");
+    assert!(p.json("INFO")["totals"].is_object());
+    assert_forbidden(&p.call("FETCH q"), "FETCH", "worker");
+    assert_forbidden(&p.call(PURGE), "QUEUE PURGE", "admin");
+    assert_forbidden(&p.call("QUEUE PAUSE q"), "QUEUE PAUSE", "admin");
+    assert_forbidden(&p.call("QUEUE LIST"), "QUEUE LIST", "observer");
+    assert_forbidden(&p.call("SUBSCRIBE"), "SUBSCRIBE", "observer");
+    // The refusals left the connection open and working.
+    assert!(p.json(&push_line("q"))["id"].is_string());
+
+    // worker: what a producer may, and FETCH/ACK/FAIL; still no purge.
+    let mut w = Conn::open(&srv.addr, Some("work-secret"), Some("w-roles")).unwrap();
+    let got = w.json("FETCH q");
+    assert_eq!(got["id"], id.as_str());
+    assert_eq!(w.call(&format!(r#"ACK {{"id":"{id}"}}"#)), "+OK");
+    assert!(w.json(&push_line("q"))["id"].is_string());
+    assert_forbidden(&w.call(PURGE), "QUEUE PURGE", "admin");
+    assert_forbidden(&w.call("WORKER QUIET w-roles"), "WORKER QUIET", "admin");
+    assert_forbidden(&w.call("JOBS {}"), "JOBS", "observer");
+
+    // observer: reads everything, changes nothing.
+    let mut o = ojs(&srv, "obs-secret");
+    assert!(o.json("INFO")["totals"].is_object());
+    assert!(o.json("QUEUE LIST")["queues"].is_array());
+    assert_eq!(o.json(&format!("JOB {id}"))["state"], "completed");
+    assert_forbidden(&o.call(&push_line("q")), "PUSH", "producer");
+    assert_forbidden(&o.call("FETCH q"), "FETCH", "worker");
+    assert_forbidden(&o.call(PURGE), "QUEUE PURGE", "admin");
+    assert_eq!(
+        o.call("SUBSCRIBE"),
+        "+OK",
+        "an observer may follow the events"
+    );
+
+    // admin: everything.
+    let mut a = ojs(&srv, "adm-secret");
+    assert_eq!(a.json(PURGE)["purged_count"], 2);
+    assert_eq!(a.call("QUEUE PAUSE q"), "+OK");
+    assert_eq!(a.call("WORKER QUIET w-roles"), "+OK");
+
+    // A token that is none of them.
+    let e = Conn::open(&srv.addr, Some("nobody"), None).err().unwrap();
+    assert!(e.starts_with("-ERR UNAUTHENTICATED"), "{e}");
+}
+
+#[test]
+fn each_role_on_the_faktory_port() {
+    let srv = start(&[]);
+    let fk = |secret: &str, wid: Option<&str>| {
+        Conn::open(&srv.faktory_addr, Some(secret), wid).expect("Faktory HELLO")
+    };
+    let push = |jid: &str| format!(r#"PUSH {{"jid":"{jid}","jobtype":"Roles","args":[]}}"#);
+
+    let mut p = fk("prod-secret", None);
+    assert_eq!(p.call(&push("roles-jid-1")), "+OK");
+    assert_eq!(p.call("FETCH default"), "-ERR FETCH needs the worker role");
+    assert_eq!(p.call("FLUSH"), "-ERR FLUSH needs the admin role");
+    assert_eq!(
+        p.call("QUEUE PAUSE default"),
+        "-ERR QUEUE PAUSE needs the admin role"
+    );
+    assert_eq!(
+        p.call(&push("roles-jid-2")),
+        "+OK",
+        "the connection stayed open"
+    );
+
+    let mut w = fk("work-secret", Some("fw-roles"));
+    let job = w.json("FETCH default");
+    assert_eq!(job["jid"], "roles-jid-1");
+    assert_eq!(w.call(r#"ACK {"jid":"roles-jid-1"}"#), "+OK");
+    assert_eq!(w.call(r#"BEAT {"wid":"fw-roles"}"#), "+OK");
+    assert_eq!(w.call("FLUSH"), "-ERR FLUSH needs the admin role");
+
+    let mut o = fk("obs-secret", None);
+    assert_eq!(o.json("INFO")["faktory"]["queues"]["default"], 1);
+    assert_eq!(
+        o.call(&push("roles-jid-3")),
+        "-ERR PUSH needs the producer role"
+    );
+    assert_eq!(
+        o.call(r#"MUTATE {"cmd":"clear","target":"dead"}"#),
+        "-ERR MUTATE needs the admin role"
+    );
+
+    let mut a = fk("adm-secret", None);
+    assert_eq!(a.call("FLUSH"), "+OK");
+    assert_eq!(a.json("INFO")["faktory"]["total_queues"], 0);
+
+    let e = Conn::open(&srv.faktory_addr, Some("prod-secret!"), None)
+        .err()
+        .unwrap();
+    assert!(e.starts_with("-ERR "), "{e}");
+}
+
+/// Wrong tokens count against the address's allowance whichever port they come to, and
+/// once it is spent even a right token is refused, on TCP and HTTP alike.
+#[test]
+fn a_wrong_token_still_counts_against_the_address() {
+    let srv = start(&["--max-auth-failures", "2"]);
+    let e = Conn::open(&srv.addr, Some("guess-1"), None).err().unwrap();
+    assert!(e.starts_with("-ERR UNAUTHENTICATED"), "{e}");
+    let e = Conn::open(&srv.faktory_addr, Some("guess-2"), None)
+        .err()
+        .unwrap();
+    assert!(e.starts_with("-ERR "), "{e}");
+    let e = Conn::open(&srv.addr, Some("work-secret"), None)
+        .err()
+        .unwrap();
+    assert!(e.starts_with("-ERR RATE_LIMITED"), "{e}");
+    let r = request(
+        &srv.http_addr,
+        "GET",
+        "/ojs/v1/queues",
+        &[("Authorization", "Bearer obs-secret")],
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+}
+
+/// `--password` alone is one admin token: QUEUE PURGE on the OJS port, FLUSH on Faktory's.
+#[test]
+fn a_password_alone_is_an_admin_token() {
+    let srv = Server::start_with(&["--password", "pw", "--faktory-listen", "127.0.0.1:0"]);
+    let mut c = ojs(&srv, "pw");
+    c.json(&push_line("q"));
+    assert_eq!(c.json(PURGE)["purged_count"], 1);
+    assert_eq!(c.call("QUEUE PAUSE q"), "+OK");
+    let mut f = Conn::open(&srv.faktory_addr, Some("pw"), None).unwrap();
+    assert_eq!(f.call("FLUSH"), "+OK");
+    let e = Conn::open(&srv.addr, Some("pw2"), None).err().unwrap();
+    assert!(e.starts_with("-ERR UNAUTHENTICATED"), "{e}");
+}
+
+/// Tokens from the config file's `tokens` list, one secret read from a file (its final
+/// line break is not part of it).
+#[test]
+fn tokens_from_the_config_file_and_a_secret_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("worker.secret");
+    std::fs::write(&secret, "from-a-file\n").unwrap();
+    let config = dir.path().join("ojsd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "tokens = [\"producer:file-prod\", \"worker:@{}\"]\n",
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let srv = Server::start_with(&["--config", config.to_str().unwrap()]);
+    let mut p = ojs(&srv, "file-prod");
+    p.json(&push_line("cfg"));
+    assert_forbidden(&p.call("FETCH cfg"), "FETCH", "worker");
+    let mut w = ojs(&srv, "from-a-file");
+    assert_eq!(w.json("FETCH cfg")["queue"], "cfg");
+    assert!(Conn::open(&srv.addr, Some("from-a-file\n"), None).is_err());
+}
+
+/// A token spec the server cannot use stops it at startup, without showing the secret.
+#[test]
+fn a_bad_token_spec_stops_the_server_without_showing_its_secret() {
+    for spec in [
+        "boss:top-s3cret",
+        "top-s3cret",
+        "worker:@/nonexistent/dir/x",
+        "admin:",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ojsd"))
+            .args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+            .args(["--data-dir", "/nonexistent/never-created"])
+            .args(["--token", spec])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{spec}: {err}");
+        assert!(err.contains("--token #1"), "{spec}: {err}");
+        assert!(!err.contains("s3cret"), "{spec}: {err}");
+    }
+}
