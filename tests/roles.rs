@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::http::request;
+use common::http::{request, send_as, Sse};
 use common::Server;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -206,6 +206,153 @@ fn each_role_on_the_faktory_port() {
     assert!(e.starts_with("-ERR "), "{e}");
 }
 
+/// The binding's 403 body for a route the token may not use.
+fn assert_http_forbidden(r: &common::http::Response, role: &str) {
+    assert_eq!(r.status, 403, "{}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(e["code"], "x_forbidden", "{e}");
+    assert_eq!(e["details"]["ojs_code"], "FORBIDDEN", "{e}");
+    assert_eq!(e["retryable"], false, "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.ends_with(&format!("needs the {role} role")), "{msg}");
+}
+
+fn whoami(srv: &Server, token: &str) -> Value {
+    let r = send_as(&srv.http_addr, token, "GET", "/ojs/v1/whoami", "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[test]
+fn each_role_over_http() {
+    let srv = start(&[]);
+    let h = srv.http_addr.as_str();
+    let job = r#"{"type":"t.roles","args":[],"options":{"queue":"hq"}}"#;
+    let fetch = r#"{"queues":["hq"],"worker_id":"hw-1"}"#;
+    let purge = r#"{"states":["available"],"confirm":true}"#;
+
+    // producer
+    assert_eq!(whoami(&srv, "prod-secret")["role"], "producer");
+    let r = send_as(h, "prod-secret", "POST", "/ojs/v1/jobs", job);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let id = r.json()["job"]["id"].as_str().unwrap().to_string();
+    let r = send_as(h, "prod-secret", "GET", &format!("/ojs/v1/jobs/{id}"), "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_http_forbidden(
+        &send_as(h, "prod-secret", "POST", "/ojs/v1/workers/fetch", fetch),
+        "worker",
+    );
+    assert_http_forbidden(
+        &send_as(
+            h,
+            "prod-secret",
+            "DELETE",
+            "/ojs/v1/admin/queues/hq/jobs",
+            purge,
+        ),
+        "admin",
+    );
+    assert_http_forbidden(
+        &send_as(h, "prod-secret", "GET", "/metrics", ""),
+        "observer",
+    );
+    let sse = Sse::connect(
+        h,
+        "/ojs/v1/events/stream",
+        &[("Authorization", "Bearer prod-secret")],
+    );
+    assert_eq!(sse.status, 403);
+
+    // worker
+    assert_eq!(whoami(&srv, "work-secret")["role"], "worker");
+    let r = send_as(h, "work-secret", "POST", "/ojs/v1/workers/fetch", fetch);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["jobs"][0]["id"], id.as_str());
+    let ack = format!(r#"{{"job_id":"{id}","worker_id":"hw-1"}}"#);
+    let r = send_as(h, "work-secret", "POST", "/ojs/v1/workers/ack", &ack);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_http_forbidden(
+        &send_as(
+            h,
+            "work-secret",
+            "DELETE",
+            "/ojs/v1/admin/queues/hq/jobs",
+            purge,
+        ),
+        "admin",
+    );
+    assert_http_forbidden(
+        &send_as(h, "work-secret", "GET", "/ojs/v1/admin/queues", ""),
+        "observer",
+    );
+
+    // observer: reads, including the event stream and metrics; writes nothing.
+    assert_eq!(whoami(&srv, "obs-secret")["role"], "observer");
+    for path in [
+        "/metrics",
+        "/ojs/v1/queues",
+        "/ojs/v1/admin/overview",
+        "/ojs/v1/dead-letter",
+    ] {
+        let r = send_as(h, "obs-secret", "GET", path, "");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    let sse = Sse::connect(
+        h,
+        "/ojs/v1/events/stream",
+        &[("Authorization", "Bearer obs-secret")],
+    );
+    assert_eq!(sse.status, 200);
+    assert_http_forbidden(
+        &send_as(h, "obs-secret", "POST", "/ojs/v1/jobs", job),
+        "producer",
+    );
+    assert_http_forbidden(
+        &send_as(h, "obs-secret", "POST", "/ojs/v1/admin/queues/hq/pause", ""),
+        "admin",
+    );
+    // A route open to every token, and the same path's write that is not.
+    let r = send_as(h, "obs-secret", "GET", &format!("/ojs/v1/jobs/{id}"), "");
+    assert_eq!(r.status, 200);
+    assert_http_forbidden(
+        &send_as(h, "obs-secret", "DELETE", &format!("/ojs/v1/jobs/{id}"), ""),
+        "admin",
+    );
+
+    // admin
+    assert_eq!(whoami(&srv, "adm-secret")["role"], "admin");
+    send_as(h, "prod-secret", "POST", "/ojs/v1/jobs", job);
+    let r = send_as(
+        h,
+        "adm-secret",
+        "DELETE",
+        "/ojs/v1/admin/queues/hq/jobs",
+        purge,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["purged_count"], 1);
+
+    // No token, and a wrong one: 401 as before; health needs none.
+    assert_eq!(request(h, "GET", "/ojs/v1/whoami", &[]).status, 401);
+    assert_eq!(
+        send_as(h, "nobody", "GET", "/ojs/v1/whoami", "").status,
+        401
+    );
+    assert_eq!(request(h, "GET", "/ojs/v1/health", &[]).status, 200);
+}
+
+/// Without any token everything stays open, and the dashboard is told it is admin.
+#[test]
+fn an_open_server_is_admin_for_everyone() {
+    let srv = Server::start();
+    let r = request(&srv.http_addr, "GET", "/ojs/v1/whoami", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), json!({"role": "admin", "authenticated": false}));
+    let mut c = Conn::open(&srv.addr, None, None).unwrap();
+    c.json(&push_line("q"));
+    assert_eq!(c.json(PURGE)["purged_count"], 1);
+}
+
 /// Wrong tokens count against the address's allowance whichever port they come to, and
 /// once it is spent even a right token is refused, on TCP and HTTP alike.
 #[test]
@@ -242,6 +389,18 @@ fn a_password_alone_is_an_admin_token() {
     assert_eq!(f.call("FLUSH"), "+OK");
     let e = Conn::open(&srv.addr, Some("pw2"), None).err().unwrap();
     assert!(e.starts_with("-ERR UNAUTHENTICATED"), "{e}");
+    assert_eq!(
+        whoami(&srv, "pw"),
+        json!({"role": "admin", "authenticated": true})
+    );
+    let r = send_as(
+        &srv.http_addr,
+        "pw",
+        "POST",
+        "/ojs/v1/admin/queues/q/resume",
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
 }
 
 /// Tokens from the config file's `tokens` list, one secret read from a file (its final

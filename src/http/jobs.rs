@@ -28,22 +28,8 @@ use axum::body::Bytes;
 use axum::extract::{Path, State as AxState};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/jobs", post(push))
-        .route("/ojs/v1/jobs/batch", post(push_batch))
-        .route("/ojs/v1/jobs/{id}", get(get_job).delete(cancel))
-        .route("/ojs/v1/jobs/{id}/activate", post(activate))
-        .route("/ojs/v1/workers/fetch", post(fetch))
-        .route("/ojs/v1/workers/ack", post(ack))
-        .route("/ojs/v1/workers/nack", post(nack))
-        .route("/ojs/v1/workers/heartbeat", post(heartbeat))
-}
 
 fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     match crate::json::parse(body) {
@@ -177,7 +163,10 @@ fn envelopes(views: &[JobView]) -> Vec<u8> {
     out
 }
 
-async fn push(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn push(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let (job, len) = push_cmd(envelope(object(&body)?)?);
     let job = one_job(&st, None, Command::Push { job, len }).await?;
     let mut resp = job_body(StatusCode::CREATED, &job);
@@ -188,7 +177,10 @@ async fn push(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
     Ok(resp)
 }
 
-async fn push_batch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn push_batch(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let mut req = object(&body)?;
     let Some(Value::Array(jobs)) = req.remove("jobs") else {
         return Err(ApiError::bad_request("jobs must be a JSON array of jobs"));
@@ -220,7 +212,7 @@ async fn push_batch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Respo
     Ok(json_response(StatusCode::CREATED, body))
 }
 
-async fn get_job(
+pub(super) async fn get_job(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -229,7 +221,7 @@ async fn get_job(
 
 /// The binding answers `409` for a job already finished, where TCP CANCEL is idempotent
 /// (ojs-core §7.6; PROTOCOL.md §10 and §14).
-async fn cancel(
+pub(super) async fn cancel(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -247,7 +239,7 @@ async fn cancel(
     Ok(job_body(StatusCode::OK, &read(&st, &id).await?))
 }
 
-async fn activate(
+pub(super) async fn activate(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -286,7 +278,10 @@ fn job_id(obj: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
-async fn fetch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn fetch(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let queues = match req.get("queues") {
         Some(Value::Array(q)) if !q.is_empty() => q
@@ -346,7 +341,7 @@ async fn settle_as(
     worker_id(req)
 }
 
-async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let id = job_id(&req)?;
     let wid = settle_as(&st, &req, &id, "acknowledge").await?;
@@ -370,7 +365,10 @@ async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, Ap
     ))
 }
 
-async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn nack(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let id = job_id(&req)?;
     let Some(Value::Object(err)) = req.get("error") else {
@@ -441,7 +439,10 @@ async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
     ))
 }
 
-async fn heartbeat(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn heartbeat(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let Some(wid) = worker_id(&req)? else {
         return Err(ApiError::bad_request("worker_id is required"));
