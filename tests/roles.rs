@@ -354,10 +354,19 @@ fn an_open_server_is_admin_for_everyone() {
 }
 
 /// Wrong tokens count against the address's allowance whichever port they come to, and
-/// once it is spent even a right token is refused, on TCP and HTTP alike.
+/// once it is spent even a right token is refused, on TCP and HTTP alike; commands refused
+/// for their role do not count.
 #[test]
 fn a_wrong_token_still_counts_against_the_address() {
     let srv = start(&["--max-auth-failures", "2"]);
+    // Refusals for a role are no failed credentials: they do not spend the allowance.
+    let mut p = ojs(&srv, "prod-secret");
+    for _ in 0..5 {
+        assert_forbidden(&p.call("FETCH q"), "FETCH", "worker");
+        let r = send_as(&srv.http_addr, "prod-secret", "GET", "/metrics", "");
+        assert_eq!(r.status, 403);
+    }
+    drop(p);
     let e = Conn::open(&srv.addr, Some("guess-1"), None).err().unwrap();
     assert!(e.starts_with("-ERR UNAUTHENTICATED"), "{e}");
     let e = Conn::open(&srv.faktory_addr, Some("guess-2"), None)
@@ -448,4 +457,35 @@ fn a_bad_token_spec_stops_the_server_without_showing_its_secret() {
         assert!(err.contains("--token #1"), "{spec}: {err}");
         assert!(!err.contains("s3cret"), "{spec}: {err}");
     }
+}
+
+/// `OJSD_TOKENS` takes several tokens, comma-separated.
+#[test]
+fn tokens_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ojsd"))
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "off"])
+        .args(["--log-level", "warn", "--fetch-wait-ms", "100"])
+        .arg("--data-dir")
+        .arg(dir.path().join("db"))
+        .env("OJSD_TOKENS", "producer:env-prod,worker:env-work")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("ojsd listening on ")
+        .unwrap()
+        .to_string();
+    let mut p = Conn::open(&addr, Some("env-prod"), None).unwrap();
+    p.json(&push_line("env"));
+    assert_forbidden(&p.call("FETCH env"), "FETCH", "worker");
+    let mut w = Conn::open(&addr, Some("env-work"), None).unwrap();
+    assert_eq!(w.json("FETCH env")["queue"], "env");
+    let _ = child.kill();
+    let _ = child.wait();
 }
