@@ -42,7 +42,7 @@ fn tcp_subscriber(srv: &Server, after: u64) -> BufReader<TcpStream> {
     r.read_line(&mut line).unwrap();
     assert!(line.starts_with("+HI"), "{line}");
     let w = r.get_mut();
-    w.write_all(b"HELLO {\"v\":1}\r\n").unwrap();
+    w.write_all(b"HELLO {\"v\":2}\r\n").unwrap();
     line.clear();
     r.read_line(&mut line).unwrap();
     assert_eq!(line, "+OK\r\n");
