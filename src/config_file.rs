@@ -56,9 +56,15 @@ pub fn apply_str(mut cmd: Command, text: &str) -> Result<Command, String> {
     let mut seen: Vec<(String, &str)> = Vec::new();
     for (key, value) in &table {
         let long = key.replace('_', "-");
+        // A flag's aliases name it too (`tokens` for the repeatable `--token`).
         let arg = cmd
             .get_arguments()
-            .find(|a| a.get_long() == Some(long.as_str()) && settable(a.get_action()))
+            .find(|a| {
+                let named = a.get_long() == Some(long.as_str())
+                    || a.get_all_aliases()
+                        .is_some_and(|all| all.contains(&long.as_str()));
+                named && settable(a.get_action())
+            })
             .filter(|_| long != CONFIG_FLAG)
             .ok_or_else(|| {
                 format!(
@@ -66,12 +72,13 @@ pub fn apply_str(mut cmd: Command, text: &str) -> Result<Command, String> {
                      (as max_line_bytes or max-line-bytes), `config` excepted"
                 )
             })?;
-        if let Some((_, other)) = seen.iter().find(|(l, _)| *l == long) {
+        let setting = arg.get_id().to_string();
+        if let Some((_, other)) = seen.iter().find(|(l, _)| *l == setting) {
             return Err(format!(
                 "`{key}` and `{other}` are the same setting; give it once"
             ));
         }
-        seen.push((long.clone(), key));
+        seen.push((setting, key));
         let values = to_strings(arg, key, value)?;
         check(arg, &long, &values).map_err(|e| format!("{key} = {}: {e}", show(value)))?;
         let id = arg.get_id().clone();
@@ -191,7 +198,12 @@ mod tests {
                     .default_value("10"),
             )
             .arg(Arg::new("name").long("name"))
-            .arg(Arg::new("tag").long("tag").action(ArgAction::Append))
+            .arg(
+                Arg::new("tag")
+                    .long("tag")
+                    .alias("tags")
+                    .action(ArgAction::Append),
+            )
             .arg(Arg::new("flag").long("flag").action(ArgAction::SetTrue))
             .arg(Arg::new("config").long("config"))
             .arg(Arg::new("secret").long("secret").hide_env_values(true))
@@ -235,6 +247,15 @@ mod tests {
         let m = parse("max-line-bytes = 5", &[]).unwrap();
         assert_eq!(m.get_one::<u64>("max_line_bytes"), Some(&5));
         let e = parse("max-line-bytes = 5\nmax_line_bytes = 6", &[]).unwrap_err();
+        assert!(e.contains("same setting"), "{e}");
+    }
+
+    #[test]
+    fn an_alias_is_a_key_too() {
+        let m = parse("tags = [\"x\", \"y\"]", &[]).unwrap();
+        let tags: Vec<&String> = m.get_many("tag").unwrap().collect();
+        assert_eq!(tags, ["x", "y"]);
+        let e = parse("tags = [\"x\"]\ntag = [\"y\"]", &[]).unwrap_err();
         assert!(e.contains("same setting"), "{e}");
     }
 

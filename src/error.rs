@@ -22,6 +22,8 @@ pub enum ErrorCode {
     CursorExpired,
     // §4.3 auth
     Unauthenticated,
+    /// The client's token does not have the role the command needs (ojs-errors §4.3).
+    Forbidden,
     // §4.4 resource
     NotFound,
     PayloadTooLarge,
@@ -56,6 +58,7 @@ impl ErrorCode {
             ErrorCode::NotOwner => "NOT_OWNER",
             ErrorCode::CursorExpired => "CURSOR_EXPIRED",
             ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::QueueFull => "QUEUE_FULL",

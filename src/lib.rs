@@ -2,6 +2,7 @@
 //! Faktory-style line protocol. Data flows one way: socket → codec → command → engine
 //! (channel) → store commit → reply.
 
+pub mod auth;
 pub mod cli;
 pub mod config_file;
 pub mod cron;

@@ -2,6 +2,7 @@
 //! store, start the engine, serve, and shut down cleanly on SIGTERM/SIGINT.
 
 use clap::{CommandFactory, FromArgMatches};
+use ojsd::auth::Tokens;
 use ojsd::config_file;
 use ojsd::engine::{self, Config};
 use ojsd::events::held::HeldLimits;
@@ -43,9 +44,16 @@ struct Args {
     /// Directory of the embedded database.
     #[arg(long, env = "OJSD_DATA_DIR", default_value = "./ojsd-data")]
     data_dir: PathBuf,
-    /// Require clients to authenticate with this password (Faktory's scheme).
+    /// Require clients to authenticate with this password (Faktory's scheme): one token
+    /// with the admin role.
     #[arg(long, env = "OJSD_PASSWORD", hide_env_values = true)]
     password: Option<String>,
+    /// A token with a role, `ROLE:SECRET` or `ROLE:@FILE` (the secret is the file's
+    /// content); roles: admin, producer, worker, observer (PROTOCOL.md §13.7). Repeatable;
+    /// the variable and the file's `tokens` key take a comma-separated list.
+    #[arg(long = "token", alias = "tokens", env = "OJSD_TOKENS", value_name = "ROLE:SECRET",
+          value_delimiter = ',', hide_env_values = true, action = clap::ArgAction::Append)]
+    token: Vec<String>,
     /// Longest accepted command line, bytes.
     #[arg(long, env = "OJSD_MAX_LINE_BYTES", default_value_t = 1024 * 1024 + 64 * 1024)]
     max_line_bytes: usize,
@@ -273,13 +281,16 @@ fn main() {
         // A usage error like clap's own (exit 2), before any port or data dir is touched.
         clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{msg}\n")).exit()
     }
+    let tokens = Tokens::from_config(args.password.as_deref(), &args.token).unwrap_or_else(|msg| {
+        clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{msg}\n")).exit()
+    });
     let filter = log_filter(&args.log_level);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let code = match run(args) {
+    let code = match run(args, tokens) {
         Ok(()) => 0,
         Err(e) => {
             // One plain line, whatever --log-level says: it is why the process ended.
@@ -290,7 +301,7 @@ fn main() {
     std::process::exit(code);
 }
 
-fn run(args: Args) -> Result<(), String> {
+fn run(args: Args, tokens: Tokens) -> Result<(), String> {
     // Certificates are read first: a bad one stops ojsd before any port or data dir.
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(ojsd::tls::load(cert, key)?),
@@ -368,7 +379,7 @@ fn run(args: Args) -> Result<(), String> {
         Duration::from_millis(args.auth_failure_window_ms),
     );
     let server_cfg = Arc::new(ServerConfig {
-        password: args.password.clone(),
+        tokens: tokens.clone(),
         max_line: args.max_line_bytes,
         max_job_bytes: args.max_job_bytes,
         max_pending_reply_bytes: args.max_pending_reply_bytes,
@@ -392,7 +403,7 @@ fn run(args: Args) -> Result<(), String> {
                 announce(&format!("ojsd http listening on {addr}"));
                 let cfg = HttpConfig {
                     keepalive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
-                    password: args.password.clone(),
+                    tokens: tokens.clone(),
                     max_connections: args.max_connections,
                     handshake_timeout: Duration::from_millis(args.hello_timeout_ms),
                     tls: tls.as_ref().map(|t| t.http.clone()),

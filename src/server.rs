@@ -7,20 +7,23 @@
 //! connections that are not workers, and `--max-pending-reply-bytes` of replies it has not
 //! read ([`budget`]). Password checks run off the async threads, at most a few at a time,
 //! and an address that keeps failing them is refused before any hashing
-//! ([`limits::AuthLimiter`]). With `--tls-cert`/`--tls-key` every connection is TLS.
+//! ([`limits::AuthLimiter`]). The token a HELLO answered gives the connection its role, and
+//! each command is checked against it in one place ([`crate::protocol::command::authorize`])
+//! before it reaches the engine. With `--tls-cert`/`--tls-key` every connection is TLS.
 
 mod budget;
 pub mod limits;
 
+use crate::auth::{Role, Tokens};
 use crate::engine::{unavailable, EngineHandle};
 use crate::engine::{Answer, Answered};
 use crate::error::{ErrorCode, OjsError};
+use crate::protocol::command::authorize;
 use crate::protocol::{faktory, parse_command, Command, Frame, LineCodec, Reply};
 use budget::{wire_len, worst_case, ReplyBudget};
 use futures_util::{SinkExt, StreamExt};
 use limits::{AuthLimiter, Gate, Ticket};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,7 +44,8 @@ pub const DEFAULT_AUTH_FAILURE_WINDOW_MS: u64 = 60_000;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    pub password: Option<String>,
+    /// `--password` and `--token`s; none: open, every connection is `admin`.
+    pub tokens: Tokens,
     pub max_line: usize,
     /// `--max-job-bytes`: how large a job in a reply can be, for the reply budget.
     pub max_job_bytes: usize,
@@ -102,7 +106,7 @@ fn parse_line(dialect: Dialect, line: &[u8]) -> Result<(Command, Render), OjsErr
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            password: None,
+            tokens: Tokens::default(),
             max_line: 1024 * 1024 + 64 * 1024,
             max_job_bytes: 1024 * 1024,
             max_pending_reply_bytes: DEFAULT_MAX_PENDING_REPLY_BYTES,
@@ -278,26 +282,6 @@ async fn start(
     }
 }
 
-fn password_hash(password: &str, salt: &str, iterations: u32) -> String {
-    let mut h = Sha256::new();
-    h.update(password.as_bytes());
-    h.update(salt.as_bytes());
-    let mut digest = h.finalize();
-    for _ in 1..iterations {
-        digest = Sha256::digest(digest);
-    }
-    hex::encode(digest)
-}
-
-/// Compare without an early exit, so timing does not reveal how much of a hash matched.
-pub(crate) fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 fn err(code: ErrorCode, msg: &str) -> Reply {
     Reply::Error(OjsError::new(code, msg))
 }
@@ -308,17 +292,18 @@ struct Challenge {
     iterations: u32,
 }
 
-/// Greeting and HELLO. `Some(hello)` once a HELLO passed (its `+OK` is not sent yet);
-/// `None` when the connection should close (END, or a refused password, already answered).
+/// Greeting and HELLO. `Some((hello, role))` once a HELLO passed (its `+OK` is not sent
+/// yet), with the role of the token it answered (`admin` on an open server); `None` when
+/// the connection should close (END, or a refused password, already answered).
 async fn handshake<S>(
     framed: &mut Framed<S, LineCodec>,
     peer: IpAddr,
     shared: &Shared,
-) -> std::io::Result<Option<Value>>
+) -> std::io::Result<Option<(Value, Role)>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let challenge = shared.cfg.password.as_ref().map(|_| Challenge {
+    let challenge = (!shared.cfg.tokens.is_open()).then(|| Challenge {
         salt: hex::encode(rand::random::<[u8; 8]>()),
         iterations: 5000 + rand::random::<u32>() % 5000,
     });
@@ -347,13 +332,16 @@ where
         };
         match parse_line(shared.cfg.dialect, &line).map(|(c, _)| c) {
             Ok(Command::Hello(v)) => {
-                if let Some(c) = &challenge {
-                    if let Some(refusal) = check_password(shared, peer, &v, c).await {
+                let Some(c) = &challenge else {
+                    return Ok(Some((v, Role::Admin)));
+                };
+                return match check_password(shared, peer, &v, c).await {
+                    Ok(role) => Ok(Some((v, role))),
+                    Err(refusal) => {
                         framed.send(refusal).await?;
-                        return Ok(None);
+                        Ok(None)
                     }
-                }
-                return Ok(Some(v));
+                };
             }
             Ok(Command::End) => return Ok(None),
             Ok(_) => {
@@ -366,19 +354,20 @@ where
     }
 }
 
-/// `None` if HELLO's `pwdhash` answers the challenge; otherwise the error to send before
-/// closing. An address over its failure allowance is refused, after a delay, before any
-/// hashing; the hashing runs on the blocking pool, a few at a time.
+/// The role of the token whose hash HELLO's `pwdhash` is for this challenge; otherwise the
+/// error to send before closing. An address over its failure allowance is refused, after a
+/// delay, before any hashing; the hashing (one hash per configured token, so at most
+/// `auth::MAX_TOKENS`) runs on the blocking pool, a few HELLOs at a time.
 async fn check_password(
     shared: &Shared,
     peer: IpAddr,
     hello: &Value,
     c: &Challenge,
-) -> Option<Reply> {
+) -> Result<Role, Reply> {
     if let Err(wait) = shared.auth.check(peer, std::time::Instant::now()) {
         tracing::debug!(%peer, "HELLO refused: too many failed passwords");
         tokio::time::sleep(THROTTLED_DELAY).await;
-        return Some(err(
+        return Err(err(
             ErrorCode::RateLimited,
             &format!(
                 "too many wrong passwords from {peer}; try again in {} s",
@@ -392,26 +381,28 @@ async fn check_password(
         .unwrap_or("")
         .to_string();
     // A SHA-256 in hex is 64 characters: anything else cannot match, no need to hash.
-    let ok = given.len() == 64 && {
-        let password = shared.cfg.password.clone().unwrap_or_default();
+    let role = if given.len() == 64 {
+        let tokens = shared.cfg.tokens.clone();
         let (salt, iterations) = (c.salt.clone(), c.iterations);
         match shared.hashing.clone().acquire_owned().await {
             // The permit moves into the blocking task, so it counts hashing that goes on
             // even if this connection is dropped meanwhile.
             Ok(permit) => tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                same(&given, &password_hash(&password, &salt, iterations))
+                tokens.pwdhash(&given, &salt, iterations)
             })
             .await
-            .unwrap_or(false),
-            Err(_) => false,
+            .unwrap_or(None),
+            Err(_) => None,
         }
+    } else {
+        None
     };
-    if ok {
-        return None;
+    if let Some(role) = role {
+        return Ok(role);
     }
     shared.auth.failed(peer, std::time::Instant::now());
-    Some(err(ErrorCode::Unauthenticated, "Invalid password"))
+    Err(err(ErrorCode::Unauthenticated, "Invalid password"))
 }
 
 async fn connection<S>(
@@ -452,7 +443,7 @@ where
             return Ok(());
         }
     };
-    let Some(hello) = hello else {
+    let Some((hello, role)) = hello else {
         return Ok(());
     };
     // Dropped from the handshake pool (for a newer connection, when it was full) between
@@ -597,8 +588,13 @@ where
                 Render::Ojs,
                 0,
             ),
+            // The one role check of this front end: a command the connection's token may
+            // not run is answered FORBIDDEN here and never reaches the engine.
             Ok(Frame::Line(line)) => match parse_line(cfg.dialect, &line) {
-                Ok((c, r)) => (Ok(c), r, line.len()),
+                Ok((c, r)) => match authorize(role, &c) {
+                    Ok(()) => (Ok(c), r, line.len()),
+                    Err(e) => (Err(e), Render::Ojs, line.len()),
+                },
                 Err(e) => (Err(e), Render::Ojs, line.len()),
             },
         };
@@ -723,20 +719,5 @@ where
                 return Ok(());
             },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn password_hash_matches_faktory_scheme() {
-        // sha256("secret" ++ "abc"), then sha256 over the raw digest, iterations-1 times.
-        let once = hex::encode(Sha256::digest(b"secretabc"));
-        assert_eq!(password_hash("secret", "abc", 1), once);
-        let twice = hex::encode(Sha256::digest(Sha256::digest(b"secretabc")));
-        assert_eq!(password_hash("secret", "abc", 2), twice);
-        assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
     }
 }

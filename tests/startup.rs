@@ -579,6 +579,8 @@ fn the_sample_config_lists_every_flag_with_its_default_and_is_accepted() {
             continue;
         };
         if key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            // `tokens` is the file's spelling of the repeatable `--token` (its alias).
+            let key = if key == "tokens" { "token" } else { key };
             let flag = key.replace('_', "-");
             settings.insert(flag.clone(), value.trim_matches('"').to_string());
             lines.insert(flag, rest.to_string());

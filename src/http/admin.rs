@@ -35,52 +35,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde_json::{json, Map, Value};
 
 type Res = Result<Response, ApiError>;
-
-pub fn routes() -> Router<AppState> {
-    let mut r = Router::new()
-        .route("/ojs/v1/admin/queues", get(queues))
-        .route("/ojs/v1/admin/queues/{name}", get(queue))
-        .route("/ojs/v1/admin/queues/{name}/pause", post(pause))
-        .route("/ojs/v1/admin/queues/{name}/resume", post(resume))
-        .route(
-            "/ojs/v1/admin/queues/{name}/rate-limit",
-            get(rate_limit_get)
-                .put(rate_limit_put)
-                .delete(rate_limit_delete),
-        )
-        .route(
-            "/ojs/v1/admin/queues/{name}/jobs",
-            axum::routing::delete(purge),
-        )
-        .route("/ojs/v1/admin/workers", get(workers))
-        .route("/ojs/v1/admin/workers/{id}", get(worker))
-        .route("/ojs/v1/admin/workers/{id}/quiet", post(quiet))
-        .route("/ojs/v1/admin/workers/{id}/terminate", post(terminate))
-        .route("/ojs/v1/admin/jobs", get(jobs))
-        .route("/ojs/v1/admin/overview", get(overview));
-    for (base, binding) in [
-        ("/ojs/v1/admin/dead-letter", false),
-        ("/ojs/v1/dead-letter", true),
-    ] {
-        let list = if binding {
-            get(dead_list_binding)
-        } else {
-            get(dead_list)
-        };
-        r = r
-            .route(base, list.delete(dead_delete_all))
-            .route(&format!("{base}/stats"), get(dead_stats))
-            .route(&format!("{base}/retry"), post(dead_retry_all))
-            .route(&format!("{base}/{{id}}"), get(dead_get).delete(dead_delete))
-            .route(&format!("{base}/{{id}}/retry"), post(dead_retry));
-    }
-    r
-}
 
 fn ok_json(v: &impl serde::Serialize) -> Response {
     json_response(StatusCode::OK, serde_json::to_vec(v).unwrap_or_default())
@@ -164,7 +121,7 @@ fn paged<T: Clone>(all: &[T], (page, per_page): (usize, usize)) -> (Vec<T>, Valu
     (all[from..to].to_vec(), pagination)
 }
 
-async fn queues(
+pub(super) async fn queues(
     State(st): State<AppState>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Res {
@@ -177,31 +134,35 @@ async fn queues(
     Ok(ok_json(&json!({"items": items, "pagination": pagination})))
 }
 
-async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+pub(super) async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Res {
     match call(&st, Command::Queue(QueueCmd::Stats(name))).await? {
         Answer::QueueStats(v) => Ok(ok_json(&v)),
         other => Err(ApiError::unexpected(&other)),
     }
 }
 
-async fn pause(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+pub(super) async fn pause(State(st): State<AppState>, Path(name): Path<String>) -> Res {
     call(&st, Command::Queue(QueueCmd::Pause(vec![name.clone()]))).await?;
     Ok(ok_json(&json!({"name": name, "paused": true})))
 }
 
-async fn resume(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+pub(super) async fn resume(State(st): State<AppState>, Path(name): Path<String>) -> Res {
     call(&st, Command::Queue(QueueCmd::Resume(vec![name.clone()]))).await?;
     Ok(ok_json(&json!({"name": name, "paused": false})))
 }
 
 /// `PUT /ojs/v1/admin/queues/{name}/rate-limit` `{"concurrency"?, "rate"?: {"limit",
 /// "period"}}` (ojs-rate-limiting §7.2): `{"queue", "rate_limit"}`.
-async fn rate_limit_put(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Res {
+pub(super) async fn rate_limit_put(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Res {
     let limit = parse::QueueLimit::parse(&Value::Object(body_object(&body)?))?;
     set_rate_limit(&st, name, Some(limit)).await
 }
 
-async fn rate_limit_delete(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+pub(super) async fn rate_limit_delete(State(st): State<AppState>, Path(name): Path<String>) -> Res {
     set_rate_limit(&st, name, None).await
 }
 
@@ -218,14 +179,18 @@ async fn set_rate_limit(st: &AppState, queue: String, limit: Option<parse::Queue
     Ok(ok_json(&json!({"queue": queue, "rate_limit": shown})))
 }
 
-async fn rate_limit_get(State(st): State<AppState>, Path(name): Path<String>) -> Res {
+pub(super) async fn rate_limit_get(State(st): State<AppState>, Path(name): Path<String>) -> Res {
     match call(&st, Command::Queue(QueueCmd::Stats(name.clone()))).await? {
         Answer::QueueStats(v) => Ok(ok_json(&json!({"queue": name, "rate_limit": v.rate_limit}))),
         other => Err(ApiError::unexpected(&other)),
     }
 }
 
-async fn purge(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Res {
+pub(super) async fn purge(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Res {
     let cmd = parse::queue_purge(&name, &body_object(&body)?)?;
     match call(&st, Command::Queue(cmd)).await? {
         Answer::Purged(v) => Ok(ok_json(&v)),
@@ -240,7 +205,7 @@ async fn worker_list(st: &AppState) -> Result<WorkerList, ApiError> {
     }
 }
 
-async fn workers(
+pub(super) async fn workers(
     State(st): State<AppState>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Res {
@@ -254,7 +219,7 @@ async fn workers(
     })))
 }
 
-async fn worker(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+pub(super) async fn worker(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     let list = worker_list(&st).await?;
     match list.workers.iter().find(|w| w.id == id) {
         Some(w) => Ok(ok_json(w)),
@@ -274,17 +239,17 @@ async fn direct(st: &AppState, id: String, directive: WorkerDirective) -> Res {
     Ok(ok_json(&json!({"id": id, "directive": name})))
 }
 
-async fn quiet(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+pub(super) async fn quiet(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     direct(&st, id, WorkerDirective::Quiet).await
 }
 
-async fn terminate(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+pub(super) async fn terminate(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     direct(&st, id, WorkerDirective::Terminate).await
 }
 
 /// `GET .../dead-letter?queue=&type=&error_type=&since=&until=&page=&per_page=` (or
 /// `limit`/`offset`): `{"items": [...], "pagination": {"total","page","per_page"}}`.
-async fn dead_list(
+pub(super) async fn dead_list(
     State(st): State<AppState>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Res {
@@ -325,7 +290,7 @@ async fn dead_list(
 /// `GET /ojs/v1/dead-letter?queue=&type=&error_type=&since=&until=&limit=&offset=&cursor=`
 /// in the binding's shape (§12.1, §17): `{"jobs": [...], "pagination": {"total", "limit",
 /// "offset", "has_more", "next_cursor"?}}`, at most 100 a page.
-async fn dead_list_binding(
+pub(super) async fn dead_list_binding(
     State(st): State<AppState>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Res {
@@ -371,15 +336,15 @@ async fn shown(st: &AppState, cmd: Command) -> Res {
     }
 }
 
-async fn dead_stats(State(st): State<AppState>) -> Res {
+pub(super) async fn dead_stats(State(st): State<AppState>) -> Res {
     shown(&st, Command::Dead(DeadCmd::Stats)).await
 }
 
-async fn dead_get(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+pub(super) async fn dead_get(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     shown(&st, Command::Dead(DeadCmd::Get(id))).await
 }
 
-async fn dead_retry(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+pub(super) async fn dead_retry(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     call(&st, Command::Dead(DeadCmd::Retry(id.clone()))).await?;
     match call(&st, Command::Job { id }).await? {
         Answer::Job(j) => Ok(ok_json(&json!({ "job": j }))),
@@ -387,26 +352,26 @@ async fn dead_retry(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     }
 }
 
-async fn dead_delete(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+pub(super) async fn dead_delete(State(st): State<AppState>, Path(id): Path<String>) -> Res {
     call(&st, Command::Dead(DeadCmd::Delete(id.clone()))).await?;
     // The binding's `{deleted, job_id}`, and `id` as before.
     Ok(ok_json(&json!({"deleted": true, "job_id": id, "id": id})))
 }
 
-async fn dead_retry_all(State(st): State<AppState>, body: Bytes) -> Res {
+pub(super) async fn dead_retry_all(State(st): State<AppState>, body: Bytes) -> Res {
     let obj = flatten_filter(body_object(&body)?)?;
     let filter = parse::dead_bulk("retry", &obj)?;
     shown(&st, Command::Dead(DeadCmd::RetryAll(filter))).await
 }
 
-async fn dead_delete_all(State(st): State<AppState>, body: Bytes) -> Res {
+pub(super) async fn dead_delete_all(State(st): State<AppState>, body: Bytes) -> Res {
     let obj = flatten_filter(body_object(&body)?)?;
     let filter = parse::dead_bulk("delete", &obj)?;
     shown(&st, Command::Dead(DeadCmd::DeleteAll(filter))).await
 }
 
 /// `GET /ojs/v1/admin/jobs?queue=&state=&page=&per_page=`: `{"items", "pagination"}`.
-async fn jobs(
+pub(super) async fn jobs(
     State(st): State<AppState>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Res {
@@ -437,7 +402,7 @@ async fn jobs(
 }
 
 /// `GET /ojs/v1/admin/overview`: the last five minutes and recent pickup latency.
-async fn overview(State(st): State<AppState>) -> Res {
+pub(super) async fn overview(State(st): State<AppState>) -> Res {
     match call(&st, Command::Overview).await? {
         Answer::Overview(v) => Ok(ok_json(&v)),
         other => Err(ApiError::unexpected(&other)),

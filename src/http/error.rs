@@ -127,6 +127,7 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
         // The events the cursor pointed at are gone for good: resuming there cannot work.
         CursorExpired => (StatusCode::GONE, code.as_str()),
         Unauthenticated => (StatusCode::UNAUTHORIZED, code.as_str()),
+        Forbidden => (StatusCode::FORBIDDEN, code.as_str()),
         NotFound => (StatusCode::NOT_FOUND, code.as_str()),
         PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, code.as_str()),
         QueueFull => (StatusCode::TOO_MANY_REQUESTS, code.as_str()),

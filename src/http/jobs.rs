@@ -30,22 +30,8 @@ use axum::body::Bytes;
 use axum::extract::{Path, State as AxState};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/jobs", post(push))
-        .route("/ojs/v1/jobs/batch", post(push_batch))
-        .route("/ojs/v1/jobs/{id}", get(get_job).delete(cancel))
-        .route("/ojs/v1/jobs/{id}/activate", post(activate))
-        .route("/ojs/v1/workers/fetch", post(fetch))
-        .route("/ojs/v1/workers/ack", post(ack))
-        .route("/ojs/v1/workers/nack", post(nack))
-        .route("/ojs/v1/workers/heartbeat", post(heartbeat))
-}
 
 fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     match crate::json::parse(body) {
@@ -189,7 +175,10 @@ fn deduplicated(job: &JobView) -> bool {
             .is_ok_and(|m| m.get("deduplicated") == Some(&Value::Bool(true)))
 }
 
-async fn push(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn push(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let (job, len) = push_cmd(envelope(object(&body)?)?);
     let job = one_job(&st, None, Command::Push { job, len }).await?;
     // An ignored unique duplicate stored nothing: 200 with the existing job, not 201
@@ -207,7 +196,10 @@ async fn push(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, A
     Ok(resp)
 }
 
-async fn push_batch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn push_batch(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let mut req = object(&body)?;
     let Some(Value::Array(jobs)) = req.remove("jobs") else {
         return Err(ApiError::bad_request("jobs must be a JSON array of jobs"));
@@ -239,7 +231,7 @@ async fn push_batch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Respo
     Ok(json_response(StatusCode::CREATED, body))
 }
 
-async fn get_job(
+pub(super) async fn get_job(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -249,7 +241,7 @@ async fn get_job(
 /// The binding answers `409` for a job already finished, where TCP CANCEL is idempotent
 /// (ojs-core §7.6; PROTOCOL.md §10 and §14). One engine step cancels and answers the job as
 /// it left it.
-async fn cancel(
+pub(super) async fn cancel(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -258,7 +250,7 @@ async fn cancel(
     Ok(job_body(StatusCode::OK, &job))
 }
 
-async fn activate(
+pub(super) async fn activate(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -325,7 +317,10 @@ fn job_id(obj: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
-async fn fetch(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn fetch(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let queues = match req.get("queues") {
         Some(Value::Array(q)) if !q.is_empty() => q
@@ -376,7 +371,7 @@ fn settle_as(req: &Map<String, Value>) -> Result<Option<Arc<str>>, ApiError> {
     worker_id(req)
 }
 
-async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let id = job_id(&req)?;
     let wid = settle_as(&req)?;
@@ -398,7 +393,10 @@ async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, Ap
     ))
 }
 
-async fn nack(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn nack(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let id = job_id(&req)?;
     let Some(Value::Object(err)) = req.get("error") else {
@@ -518,7 +516,10 @@ fn beat_report(req: &Map<String, Value>) -> Result<BeatReport, ApiError> {
     })
 }
 
-async fn heartbeat(AxState(st): AxState<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub(super) async fn heartbeat(
+    AxState(st): AxState<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req = object(&body)?;
     let Some(wid) = worker_id(&req)? else {
         return Err(ApiError::bad_request("worker_id is required"));

@@ -12,6 +12,11 @@
 //! | `GET`/`POST /ojs/v1/cron`, `GET`/`PATCH`/`DELETE /ojs/v1/cron/{name}` | cron jobs ([`cron`]) |
 //! | `/ojs/v1/admin/...`, `/ojs/v1/dead-letter/...` | queues, workers, dead letter ([`admin`]) |
 //! | `POST /ojs/v1/workflows`, `GET`/`DELETE /ojs/v1/workflows/{id}` | workflows ([`workflows`]) |
+//! | `GET /ojs/v1/whoami` | the role of the request's token (for the dashboard) |
+//!
+//! With tokens (`--password`, `--token`), [`auth`] finds the role of the request's bearer
+//! token, and the layer of the route's group in [`routes`] checks it: one table of which
+//! role each route needs.
 //!
 //! Every response carries `OJS-Version` and `X-Request-Id` (the client's, when it sent
 //! one); errors are JSON in the binding's shape ([`error`]). A request body is read whole
@@ -33,6 +38,7 @@ pub mod system;
 pub mod workflows;
 pub mod ws;
 
+use crate::auth::{Need, Role};
 use crate::engine::EngineHandle;
 use crate::server::limits::AuthLimiter;
 use axum::body::Body;
@@ -59,9 +65,9 @@ const OJS_JSON: &str = "application/openjobspec+json";
 pub struct HttpConfig {
     /// How long an SSE stream may stay silent before a `: keepalive` comment is sent.
     pub keepalive: Duration,
-    /// The server's `--password`: when set, every route but health needs
-    /// `Authorization: Bearer <password>`.
-    pub password: Option<String>,
+    /// The server's `--password` and `--token`s: when there is one, every route but health
+    /// and the dashboard's page needs `Authorization: Bearer <token>`.
+    pub tokens: crate::auth::Tokens,
     /// Wrong passwords per client address, shared with the TCP listeners
     /// (`--max-auth-failures` per `--auth-failure-window-ms`).
     pub auth_failures: Arc<AuthLimiter>,
@@ -85,7 +91,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             keepalive: Duration::from_secs(15),
-            password: None,
+            tokens: crate::auth::Tokens::default(),
             auth_failures: AuthLimiter::shared(
                 crate::server::DEFAULT_MAX_AUTH_FAILURES,
                 Duration::from_millis(crate::server::DEFAULT_AUTH_FAILURE_WINDOW_MS),
@@ -111,9 +117,9 @@ pub struct AppState {
 
 /// Every route, with the fallbacks and the header middleware.
 pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
-    let guard = cfg.password.clone().map(|pw| {
+    let guard = (!cfg.tokens.is_open()).then(|| {
         Arc::new(Credentials {
-            password: pw.into(),
+            tokens: cfg.tokens.clone(),
             failures: cfg.auth_failures.clone(),
         })
     });
@@ -127,31 +133,7 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
         cfg: Arc::new(cfg),
         started: Instant::now(),
     };
-    Router::new()
-        .route("/v1/events/stream", get(sse::stream))
-        .route("/ojs/v1/events/stream", get(sse::stream))
-        .route("/ojs/v1/events", get(poll::poll))
-        .route("/ojs/v1/ws", get(ws::upgrade))
-        .route("/metrics", get(system::metrics))
-        .route("/ojs/v1/health", get(system::health))
-        .route("/ojs/v1/cron", get(cron::list).post(cron::register))
-        .route(
-            "/ojs/v1/cron/{name}",
-            get(cron::get_one).patch(cron::patch).delete(cron::delete),
-        )
-        .route(
-            "/ojs/v1/workflows",
-            get(workflows::list).post(workflows::create),
-        )
-        .route(
-            "/ojs/v1/workflows/{id}",
-            get(workflows::get_one).delete(workflows::cancel),
-        )
-        .merge(admin::routes())
-        .merge(jobs::routes())
-        .merge(queues::routes())
-        .route("/", get(dashboard::index))
-        .route("/dashboard/{file}", get(dashboard::asset))
+    routes()
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -169,6 +151,148 @@ pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
             move |req: Request, next: Next| cors::cors(cors_origins.clone(), req, next),
         ))
         .layer(axum::middleware::from_fn(headers))
+}
+
+/// Every route, grouped by the least role it needs (`auth::Role::may`): the one table of
+/// the HTTP front end (PROTOCOL.md §13.7). Each group's layer checks the role [`auth`] found
+/// for the request's token; a route the token may not use gets `403 x_forbidden`.
+fn routes() -> Router<AppState> {
+    use axum::routing::{delete, patch, post, put};
+    // Health and the dashboard's page and scripts: no token at all ([`auth`] lets them by).
+    let open = Router::new()
+        .route("/ojs/v1/health", get(system::health))
+        .route("/", get(dashboard::index))
+        .route("/dashboard/{file}", get(dashboard::asset));
+    // Any token: who am I, what the server implements, one job or workflow by its id.
+    let any = Router::new()
+        .route("/ojs/v1/whoami", get(whoami))
+        .route("/ojs/manifest", get(queues::manifest))
+        .route("/ojs/v1/jobs/{id}", get(jobs::get_job))
+        .route("/ojs/v1/workflows/{id}", get(workflows::get_one));
+    let producer = Router::new()
+        .route("/ojs/v1/jobs", post(jobs::push))
+        .route("/ojs/v1/jobs/batch", post(jobs::push_batch))
+        .route("/ojs/v1/workflows", post(workflows::create));
+    let worker = Router::new()
+        .route("/ojs/v1/workers/fetch", post(jobs::fetch))
+        .route("/ojs/v1/workers/ack", post(jobs::ack))
+        .route("/ojs/v1/workers/nack", post(jobs::nack))
+        .route("/ojs/v1/workers/heartbeat", post(jobs::heartbeat));
+    // Reading everything: events, metrics, lists, every payload.
+    let mut observer = Router::new()
+        .route("/v1/events/stream", get(sse::stream))
+        .route("/ojs/v1/events/stream", get(sse::stream))
+        .route("/ojs/v1/events", get(poll::poll))
+        .route("/ojs/v1/ws", get(ws::upgrade))
+        .route("/metrics", get(system::metrics))
+        .route("/ojs/v1/cron", get(cron::list))
+        .route("/ojs/v1/cron/{name}", get(cron::get_one))
+        .route("/ojs/v1/workflows", get(workflows::list))
+        .route("/ojs/v1/queues", get(queues::list))
+        .route("/ojs/v1/queues/{name}/stats", get(queues::stats))
+        .route("/ojs/v1/admin/queues", get(admin::queues))
+        .route("/ojs/v1/admin/queues/{name}", get(admin::queue))
+        .route(
+            "/ojs/v1/admin/queues/{name}/rate-limit",
+            get(admin::rate_limit_get),
+        )
+        .route("/ojs/v1/admin/workers", get(admin::workers))
+        .route("/ojs/v1/admin/workers/{id}", get(admin::worker))
+        .route("/ojs/v1/admin/jobs", get(admin::jobs))
+        .route("/ojs/v1/admin/overview", get(admin::overview));
+    // Changing what is not one's own.
+    let mut admin = Router::new()
+        .route("/ojs/v1/cron", post(cron::register))
+        .route(
+            "/ojs/v1/cron/{name}",
+            patch(cron::patch).delete(cron::delete),
+        )
+        .route("/ojs/v1/workflows/{id}", delete(workflows::cancel))
+        .route("/ojs/v1/jobs/{id}", delete(jobs::cancel))
+        .route("/ojs/v1/jobs/{id}/activate", post(jobs::activate))
+        .route("/ojs/v1/queues/{name}/pause", post(queues::pause))
+        .route("/ojs/v1/queues/{name}/resume", post(queues::resume))
+        .route("/ojs/v1/admin/queues/{name}/pause", post(admin::pause))
+        .route("/ojs/v1/admin/queues/{name}/resume", post(admin::resume))
+        .route(
+            "/ojs/v1/admin/queues/{name}/rate-limit",
+            put(admin::rate_limit_put).delete(admin::rate_limit_delete),
+        )
+        .route("/ojs/v1/admin/queues/{name}/jobs", delete(admin::purge))
+        .route("/ojs/v1/admin/workers/{id}/quiet", post(admin::quiet))
+        .route(
+            "/ojs/v1/admin/workers/{id}/terminate",
+            post(admin::terminate),
+        );
+    // The dead letters, under the admin API and ojs-dead-letter §10's own prefix.
+    for (base, binding) in [
+        ("/ojs/v1/admin/dead-letter", false),
+        ("/ojs/v1/dead-letter", true),
+    ] {
+        let list = if binding {
+            get(admin::dead_list_binding)
+        } else {
+            get(admin::dead_list)
+        };
+        observer = observer
+            .route(base, list)
+            .route(&format!("{base}/stats"), get(admin::dead_stats))
+            .route(&format!("{base}/{{id}}"), get(admin::dead_get));
+        admin = admin
+            .route(base, delete(admin::dead_delete_all))
+            .route(&format!("{base}/retry"), post(admin::dead_retry_all))
+            .route(&format!("{base}/{{id}}"), delete(admin::dead_delete))
+            .route(&format!("{base}/{{id}}/retry"), post(admin::dead_retry));
+    }
+    let need = |need: Need, r: Router<AppState>| {
+        r.route_layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| require(need, req, next),
+        ))
+    };
+    open.merge(need(Need::Any, any))
+        .merge(need(Need::Producer, producer))
+        .merge(need(Need::Worker, worker))
+        .merge(need(Need::Observer, observer))
+        .merge(need(Need::Admin, admin))
+}
+
+/// Let a request through if the role [`auth`] found for it may do what `need` allows;
+/// otherwise `403 x_forbidden`. A request without a role never went through [`auth`] (a
+/// bug): refused too.
+async fn require(need: Need, req: Request, next: Next) -> Response {
+    use axum::response::IntoResponse;
+    let role = req.extensions().get::<Role>().copied();
+    if role.is_some_and(|r| r.may(need)) {
+        return next.run(req).await;
+    }
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "FORBIDDEN",
+        format!(
+            "{} {} needs the {} role",
+            req.method(),
+            req.uri().path(),
+            need.role()
+        ),
+    )
+    .into_response()
+}
+
+/// `GET /ojs/v1/whoami`: the role of the request's token (`admin` on a server without
+/// tokens), and whether the server asks for one; the dashboard hides what it may not do.
+async fn whoami(
+    role: Option<axum::Extension<Role>>,
+    st: axum::extract::State<AppState>,
+) -> Response {
+    let role = role.map_or(Role::Admin, |r| r.0);
+    let body = serde_json::json!({
+        "role": role.as_str(),
+        "authenticated": !st.cfg.tokens.is_open(),
+    });
+    json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
 }
 
 /// Serve until the task is dropped (aborted on shutdown; open streams end when the engine
@@ -296,23 +420,26 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 /// What a request needs with `--password` set, and the count of wrong ones per address.
 struct Credentials {
-    password: Box<str>,
+    tokens: crate::auth::Tokens,
     failures: Arc<AuthLimiter>,
 }
 
-/// With a password configured, events and metrics (which carry job results and errors)
-/// are only for clients that present it; health and the dashboard's pages stay open.
+/// With tokens configured, every route but health and the dashboard's pages needs one of
+/// them; the token's role goes with the request (an extension) to the check of its route's
+/// group ([`require`]). Without tokens every request is `admin`.
 ///
 /// Wrong tokens count against the sender's address in the limiter the TCP HELLO uses, and
 /// an address out of allowance is refused with 429 before its token is looked at (a
 /// correct one too, as on TCP): without it one keep-alive connection tried 32,201 tokens
 /// in 5 s. A request with no `Authorization` header is refused without counting, since it
 /// guesses nothing (the dashboard asks for the password after such a 401). The token is
-/// compared in constant time without hashing, far cheaper than a HELLO's, so unlike
-/// TCP's check it needs no blocking thread.
-async fn auth(guard: Option<Arc<Credentials>>, req: Request, next: Next) -> Response {
+/// compared in constant time with every configured token without hashing, far cheaper
+/// than a HELLO's, so unlike TCP's check it needs no blocking thread.
+async fn auth(guard: Option<Arc<Credentials>>, mut req: Request, next: Next) -> Response {
     use axum::response::IntoResponse;
     let Some(guard) = guard else {
+        // No token configured: every client is admin.
+        req.extensions_mut().insert(Role::Admin);
         return next.run(req).await;
     };
     let path = req.uri().path();
@@ -337,20 +464,26 @@ async fn auth(guard: Option<Arc<Credentials>>, req: Request, next: Next) -> Resp
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !crate::server::same(token, &guard.password) {
-        if let Some(ip) = ip {
-            guard.failures.failed(ip, std::time::Instant::now());
+    match guard.tokens.bearer(token) {
+        None => {
+            if let Some(ip) = ip {
+                guard.failures.failed(ip, std::time::Instant::now());
+            }
+            unauthenticated().into_response()
         }
-        return unauthenticated().into_response();
+        // What the role may do is each route group's check (`require`).
+        Some(role) => {
+            req.extensions_mut().insert(role);
+            next.run(req).await
+        }
     }
-    next.run(req).await
 }
 
 fn unauthenticated() -> ApiError {
     ApiError::new(
         StatusCode::UNAUTHORIZED,
         "UNAUTHENTICATED",
-        "this server has a password: send Authorization: Bearer <password>",
+        "this server needs a token: send Authorization: Bearer <token>",
     )
 }
 

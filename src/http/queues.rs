@@ -19,18 +19,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde_json::{json, Value};
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/queues", get(list))
-        .route("/ojs/v1/queues/{name}/stats", get(stats))
-        .route("/ojs/v1/queues/{name}/pause", post(pause))
-        .route("/ojs/v1/queues/{name}/resume", post(resume))
-        .route("/ojs/manifest", get(manifest))
-}
 
 fn ok(v: &Value) -> Response {
     json_response(StatusCode::OK, serde_json::to_vec(v).unwrap_or_default())
@@ -39,7 +28,7 @@ fn ok(v: &Value) -> Response {
 /// Most queues one page lists (ojs-http-binding §17's maximum).
 const MAX_PAGE: usize = 200;
 
-async fn list(
+pub(super) async fn list(
     AxState(st): AxState<AppState>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -65,7 +54,7 @@ async fn list(
     Ok(ok(&json!({"queues": page, "pagination": pagination})))
 }
 
-async fn stats(
+pub(super) async fn stats(
     AxState(st): AxState<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -116,14 +105,14 @@ async fn set_paused(st: &AppState, name: String, paused: bool) -> Result<Respons
     }))
 }
 
-async fn pause(
+pub(super) async fn pause(
     AxState(st): AxState<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     set_paused(&st, name, true).await
 }
 
-async fn resume(
+pub(super) async fn resume(
     AxState(st): AxState<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -137,7 +126,7 @@ async fn resume(
 /// `GET /ojs/manifest` (ojs-http-binding §21). Level 4 is what ojsd's own tests cover,
 /// requirement by requirement (PROTOCOL.md §14 reading 9); schema validation is the one
 /// capability it lacks.
-async fn manifest() -> Response {
+pub(super) async fn manifest() -> Response {
     ok(&json!({
         "ojs_version": crate::job::SPEC_VERSION,
         "specversion": crate::job::SPEC_VERSION,

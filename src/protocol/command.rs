@@ -2,6 +2,7 @@
 //! envelope must contain is decided by the job model, not here, so another job dialect can
 //! reuse this layer.
 
+use crate::auth::{Need, Role};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -134,6 +135,137 @@ pub enum Command {
     /// Delete every job and workflow in one commit (Faktory's FLUSH).
     Flush,
     End,
+}
+
+impl Command {
+    /// The command as a client names it, for messages ("FETCH needs the worker role").
+    pub fn verb(&self) -> &'static str {
+        use super::cron::CronCmd;
+        use super::workflow::WorkflowCmd;
+        match self {
+            Command::Hello(_) => "HELLO",
+            Command::Push { .. } => "PUSH",
+            Command::PushBatch(_) | Command::PushEach(_) => "PUSHB",
+            Command::Fetch { .. } => "FETCH",
+            Command::Ack { .. } => "ACK",
+            Command::Fail { .. } => "FAIL",
+            Command::Beat { .. } => "BEAT",
+            Command::Cancel { .. } => "CANCEL",
+            Command::Activate { .. } => "ACTIVATE",
+            Command::Job { .. } => "JOB",
+            Command::Info => "INFO",
+            Command::Queue(q) => match q {
+                QueueCmd::Pause(_) => "QUEUE PAUSE",
+                QueueCmd::Resume(_) => "QUEUE RESUME",
+                QueueCmd::List => "QUEUE LIST",
+                QueueCmd::Stats(_) => "QUEUE STATS",
+                QueueCmd::Purge { .. } => "QUEUE PURGE",
+                QueueCmd::Remove(_) => "QUEUE REMOVE",
+                QueueCmd::Limit { .. } => "QUEUE LIMIT",
+                QueueCmd::Latency(_) => "QUEUE LATENCY",
+            },
+            Command::Dead(d) => match d {
+                DeadCmd::List { .. } => "DEAD LIST",
+                DeadCmd::Get(_) => "DEAD GET",
+                DeadCmd::Stats => "DEAD STATS",
+                DeadCmd::Retry(_) | DeadCmd::RetryAll(_) => "DEAD RETRY",
+                DeadCmd::Delete(_) | DeadCmd::DeleteAll(_) => "DEAD DELETE",
+            },
+            Command::Worker { directive, .. } => match directive {
+                WorkerDirective::Quiet => "WORKER QUIET",
+                WorkerDirective::Terminate => "WORKER TERMINATE",
+            },
+            Command::Workers => "WORKERS",
+            Command::Jobs(_) => "JOBS",
+            Command::Overview => "OVERVIEW",
+            Command::Progress { .. } => "PROGRESS",
+            Command::Subscribe { .. } => "SUBSCRIBE",
+            Command::ClockAdvance { .. } => "CLOCK ADVANCE",
+            Command::Cron(c) => match c {
+                CronCmd::Add(_) => "CRON ADD",
+                CronCmd::List { .. } => "CRON LIST",
+                CronCmd::Get(_) => "CRON GET",
+                CronCmd::Del(_) => "CRON DEL",
+                CronCmd::Enable(_) => "CRON ENABLE",
+                CronCmd::Disable(_) => "CRON DISABLE",
+            },
+            Command::Workflow(w) => match w {
+                WorkflowCmd::Create { .. } => "WORKFLOW CREATE",
+                WorkflowCmd::Get(_) => "WORKFLOW GET",
+                WorkflowCmd::Cancel(_) => "WORKFLOW CANCEL",
+                WorkflowCmd::List { .. } => "WORKFLOW LIST",
+            },
+            Command::Mutate(_) => "MUTATE",
+            Command::Flush => "FLUSH",
+            Command::End => "END",
+        }
+    }
+}
+
+/// The least role a command needs (`auth::Role::may`): the one table of the TCP front end,
+/// both dialects (PROTOCOL.md §13.7). Every variant is named, so a new command does not
+/// build until it is classified.
+pub fn required_role(cmd: &Command) -> Need {
+    use super::cron::CronCmd;
+    use super::workflow::WorkflowCmd;
+    match cmd {
+        // Reading a job or workflow by its id: whoever knows the id (its producer, the
+        // worker holding it, an observer). INFO holds counts, no payloads.
+        Command::Hello(_) | Command::End | Command::Job { .. } | Command::Info => Need::Any,
+        Command::Workflow(WorkflowCmd::Get(_)) => Need::Any,
+        Command::Push { .. } | Command::PushBatch(_) | Command::PushEach(_) => Need::Producer,
+        Command::Workflow(WorkflowCmd::Create { .. }) => Need::Producer,
+        Command::Fetch { .. }
+        | Command::Ack { .. }
+        | Command::Fail { .. }
+        | Command::Beat { .. }
+        | Command::Progress { .. } => Need::Worker,
+        // Reading what is not one's own: lists, every payload, events.
+        Command::Workers | Command::Jobs(_) | Command::Overview | Command::Subscribe { .. } => {
+            Need::Observer
+        }
+        Command::Queue(QueueCmd::List | QueueCmd::Stats(_) | QueueCmd::Latency(_)) => {
+            Need::Observer
+        }
+        Command::Dead(DeadCmd::List { .. } | DeadCmd::Get(_) | DeadCmd::Stats) => Need::Observer,
+        Command::Cron(CronCmd::List { .. } | CronCmd::Get(_)) => Need::Observer,
+        Command::Workflow(WorkflowCmd::List { .. }) => Need::Observer,
+        // Changing what is not one's own.
+        Command::Queue(
+            QueueCmd::Pause(_)
+            | QueueCmd::Resume(_)
+            | QueueCmd::Purge { .. }
+            | QueueCmd::Remove(_)
+            | QueueCmd::Limit { .. },
+        ) => Need::Admin,
+        Command::Dead(
+            DeadCmd::Retry(_) | DeadCmd::RetryAll(_) | DeadCmd::Delete(_) | DeadCmd::DeleteAll(_),
+        ) => Need::Admin,
+        Command::Cron(
+            CronCmd::Add(_) | CronCmd::Del(_) | CronCmd::Enable(_) | CronCmd::Disable(_),
+        ) => Need::Admin,
+        Command::Workflow(WorkflowCmd::Cancel(_)) => Need::Admin,
+        Command::Cancel { .. }
+        | Command::Activate { .. }
+        | Command::Worker { .. }
+        | Command::ClockAdvance { .. }
+        | Command::Mutate(_)
+        | Command::Flush => Need::Admin,
+    }
+}
+
+/// `Ok` if `role` may run `cmd`; otherwise the refusal (`FORBIDDEN <verb> needs the <role>
+/// role`), after which the connection stays open.
+pub fn authorize(role: Role, cmd: &Command) -> OjsResult<()> {
+    let need = required_role(cmd);
+    if role.may(need) {
+        Ok(())
+    } else {
+        Err(OjsError::new(
+            ErrorCode::Forbidden,
+            format!("{} needs the {} role", cmd.verb(), need.role()),
+        ))
+    }
 }
 
 pub const MAX_FETCH_COUNT: usize = 1000;

@@ -174,6 +174,27 @@ pub fn send(addr: &str, method: &str, path: &str, body: &str) -> Response {
     }
 }
 
+/// `send` with `Authorization: Bearer <token>`.
+pub fn send_as(addr: &str, token: &str, method: &str, path: &str, body: &str) -> Response {
+    let auth = format!("Bearer {token}");
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Authorization", auth.as_str()),
+    ];
+    if body.is_empty() {
+        headers.push(("Content-Length", "0"));
+    }
+    let (status, headers, mut reader) =
+        open_with_body(addr, method, path, &headers, body.as_bytes());
+    let mut buf = Vec::new();
+    reader.read_to_end(&mut buf).expect("read body");
+    Response {
+        status,
+        headers,
+        body: buf,
+    }
+}
+
 pub fn get(addr: &str, path: &str) -> Response {
     request(addr, "GET", path, &[])
 }

@@ -2,7 +2,7 @@
 // job and a workflow; every page loaded, checked and photographed (target/dashboard-
 // screenshots/), and the actions tried: retry a dead letter, pause a queue, quiet a worker;
 // a job pushed while a page is open shows up through the live event stream; with
-// --password the page asks for it.
+// --password the page asks for it, and an observer token gets no action buttons.
 "use strict";
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
@@ -203,6 +203,43 @@ test("with a password the dashboard asks for it", async () => {
     assert.equal(await p.textContent("main h2"), "Queues");
     await p.screenshot({ path: path.join(SHOTS, "screenshot-login.png") });
     await p.close();
+  } finally {
+    await locked.stop();
+  }
+});
+
+test("an observer token sees the data but no action buttons; an admin token sees them", async () => {
+  const locked = await startServer(["--token", "observer:look-only", "--token", "admin:boss"]);
+  try {
+    const boss = { Authorization: "Bearer boss" };
+    const job = (await http(locked, "POST", "/ojs/v1/jobs", { type: "email.send", args: [], options: { queue: "mail" } }, boss)).json.job;
+    const signIn = async (token, hash) => {
+      const p = await browser.newPage(); // a new context: its own sessionStorage
+      p.on("pageerror", (e) => { throw e; });
+      await p.goto(`http://${locked.http}/${hash}`);
+      await p.waitForSelector("#login[open]");
+      await p.fill("#password", token);
+      await p.click("#login button");
+      await p.waitForSelector("main section h2");
+      return p;
+    };
+    const look = await signIn("look-only", "#/queues");
+    assert.equal(await look.textContent("#role"), "observer");
+    const row = look.locator('tr[data-queue="mail"]');
+    assert.equal(await row.locator(".count-available").textContent(), "1", "the data is there");
+    assert.equal(await look.locator("main button").count(), 0, "no action buttons on the queues page");
+    await look.screenshot({ path: path.join(SHOTS, "screenshot-observer.png") });
+    await look.goto("about:blank");
+    await look.goto(`http://${locked.http}/#/job/${job.id}`);
+    await look.waitForSelector("#envelope");
+    assert.equal(await look.getByRole("button", { name: "Cancel" }).count(), 0, "no Cancel on a job");
+    await look.close();
+
+    const admin = await signIn("boss", "#/queues");
+    assert.equal(await admin.textContent("#role"), "admin");
+    await admin.locator('tr[data-queue="mail"]').getByRole("button", { name: "Pause" }).waitFor();
+    assert.equal(await admin.locator('tr[data-queue="mail"] button').count(), 2, "Pause and Purge");
+    await admin.close();
   } finally {
     await locked.stop();
   }

@@ -1,4 +1,5 @@
-// The ojsd dashboard's core: the API with the Bearer password, safe DOM building, the hash
+// The ojsd dashboard's core: the API with the Bearer token, what the token's role allows
+// (GET /ojs/v1/whoami: only an admin token gets action buttons), safe DOM building, the hash
 // router, the live event stream (SSE read with fetch, so it carries the token, resuming
 // from Last-Event-ID) and coalesced re-rendering. The pages are in pages.js.
 "use strict";
@@ -53,6 +54,8 @@ function askPassword(message) {
       ev.preventDefault();
       password = $("#password").value;
       sessionStorage.setItem("ojsd.password", password);
+      role = null; // another token may have another role
+
       dlg.close();
       signingIn = null;
       resolve();
@@ -88,6 +91,24 @@ async function api(method, path, body) {
   throw new Error("signed out");
 }
 
+// ---- the token's role ------------------------------------------------------------------
+
+/** The role of the token in use (admin, producer, worker, observer); null until known. */
+let role = null;
+
+/** Ask the server which role the token has, and show it in the header. */
+async function learnRole() {
+  const me = await api("GET", "/ojs/v1/whoami");
+  role = me.role;
+  document.body.dataset.role = role;
+  const badge = $("#role");
+  badge.textContent = me.authenticated ? role : "";
+  badge.hidden = !me.authenticated;
+}
+
+/** Every action of the dashboard changes what is not the token's own: admin only. */
+const mayAct = () => role === "admin";
+
 /** A confirmation dialog for destructive actions; resolves to true when confirmed. */
 function confirmAction(text) {
   return new Promise((resolve) => {
@@ -120,6 +141,12 @@ async function followEvents() {
       const resp = await fetch("/ojs/v1/events/stream", { headers });
       if (resp.status === 401) {
         await askPassword();
+        continue;
+      }
+      if (resp.status === 403) {
+        // This token's role does not read events (only observer and admin do).
+        $("#live").textContent = "no live events for this token";
+        await new Promise((r) => setTimeout(r, 30000));
         continue;
       }
       if (!resp.ok || !resp.body) throw new Error(`events: HTTP ${resp.status}`);
@@ -177,6 +204,7 @@ async function show() {
   }
   const app = $("#app");
   try {
+    if (role === null) await learnRole();
     const node = await page.render(route);
     if (current.route === route) app.replaceChildren(node);
   } catch (e) {
@@ -197,8 +225,10 @@ listeners.add((event) => {
   if (current?.page.live?.(event, current.route)) refreshSoon();
 });
 
-/** A button running an action, then refreshing the page; errors are shown beside it. */
+/** A button running an action, then refreshing the page; errors are shown beside it.
+ *  Nothing (no button) when the token's role may not act. */
 function action(label, fn, cls) {
+  if (!mayAct()) return null;
   const b = el("button", { class: cls, onclick: async () => {
     b.disabled = true;
     try {
