@@ -9,9 +9,9 @@
 //! for field and in the same order; a job is carried as its canonical OJS envelope, already
 //! encoded by the engine (the same bytes it stored), so relaying one costs no encoding.
 
+use crate::engine::request::WorkerDirective;
 use crate::error::{OjsError, OjsResult};
 use crate::job::{Job, State};
-use crate::protocol::command::WorkerDirective;
 use bytes::Bytes;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;

@@ -73,7 +73,7 @@ pub struct Queue {
     pub throughput: super::throughput::Throughput,
     /// The queue's rate limit (QUEUE LIMIT), and the start times (engine ms) inside its
     /// rate window, oldest first, at most `rate.limit` of them.
-    pub limit: Option<crate::protocol::admin::QueueLimit>,
+    pub limit: Option<crate::engine::request::QueueLimit>,
     pub starts: Starts,
     /// Since when (engine ms) the queue has been seen holding nothing, by `retire_idle`.
     idle_since: Option<i64>,

@@ -15,6 +15,7 @@ mod jobs;
 pub mod metrics;
 mod rebuild;
 mod record;
+pub mod request;
 mod stored;
 mod throughput;
 mod txn;
@@ -35,9 +36,9 @@ pub mod fuzzing {
     };
 }
 
+use crate::engine::request::Command;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::validate::Limits;
-use crate::protocol::Command;
 use crate::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};

@@ -2,8 +2,8 @@
 //! which jobs it holds, and the quiet/terminate directive waiting for its next BEAT.
 
 use super::ConnId;
+use crate::engine::request::WorkerDirective;
 use crate::error::{ErrorCode, OjsError, OjsResult};
-use crate::protocol::command::WorkerDirective;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

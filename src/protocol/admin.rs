@@ -6,71 +6,13 @@
 //! `DEAD DELETE {filter}`) need `"confirm": true` (ojs-admin-api §4 "safe by default"),
 //! and their payloads refuse unknown keys: a misspelt filter must not widen a purge.
 
+pub use crate::engine::request::{
+    DeadCmd, DeadFilter, JobSet, JobsQuery, MutateCmd, MutateOp, QueueCmd, QueueLimit, SetFilter,
+};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::State;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum QueueCmd {
-    Pause(Vec<String>),
-    Resume(Vec<String>),
-    /// Every known queue with its counts.
-    List,
-    /// One queue in detail.
-    Stats(String),
-    /// Delete the queue's jobs in `states` (never `active`), optionally only those whose
-    /// terminal time (or creation time, for waiting jobs) is before `older_than`.
-    Purge {
-        queue: String,
-        states: Vec<State>,
-        older_than: Option<DateTime<Utc>>,
-    },
-    /// Delete the queues' available jobs and forget the queues (`*`: every queue).
-    Remove(Vec<String>),
-    /// Set (or with `None` lift) a queue's rate limit (ojs-rate-limiting §7.2).
-    Limit {
-        queue: String,
-        limit: Option<QueueLimit>,
-    },
-    /// Seconds the oldest available job of each queue has waited (`*`: every queue).
-    Latency(Vec<String>),
-}
-
-/// Which dead letters a command covers; every field that is set must match.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeadFilter {
-    pub queue: Option<String>,
-    pub job_type: Option<String>,
-    /// The `type` of the job's most recent error.
-    pub error_type: Option<String>,
-    /// Discarded at or after.
-    pub since: Option<DateTime<Utc>>,
-    /// Discarded before.
-    pub until: Option<DateTime<Utc>>,
-}
-
-impl DeadFilter {
-    /// Set when matching needs the job body, not just the index.
-    pub fn needs_body(&self) -> bool {
-        self.job_type.is_some() || self.error_type.is_some()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum DeadCmd {
-    List {
-        filter: DeadFilter,
-        limit: usize,
-        offset: usize,
-    },
-    Get(String),
-    Stats,
-    Retry(String),
-    RetryAll(DeadFilter),
-    Delete(String),
-    DeleteAll(DeadFilter),
-}
 
 pub const DEAD_LIST_DEFAULT: usize = 50;
 pub const DEAD_LIST_MAX: usize = 1000;
@@ -328,17 +270,6 @@ pub fn parse_queue(payload: &str) -> OjsResult<QueueCmd> {
     }
 }
 
-/// A queue's rate limit (ojs-rate-limiting §7.2): at most `concurrency` jobs of the queue
-/// active at once, and at most `rate.limit` started within any `rate.period` (a sliding
-/// window). Either may be absent; `concurrency: 0` holds every job back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct QueueLimit {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate: Option<RateWindow>,
-}
-
 pub use crate::job::rate_limit::RateWindow;
 
 impl QueueLimit {
@@ -384,6 +315,56 @@ impl QueueLimit {
         Value::Object(m)
     }
 }
+
+pub fn parse_jobs(payload: &str) -> OjsResult<JobsQuery> {
+    let obj = if payload.trim().is_empty() {
+        Map::new()
+    } else {
+        object("JOBS", payload)?
+    };
+    jobs_query(&obj)
+}
+
+pub fn jobs_query(obj: &Map<String, Value>) -> OjsResult<JobsQuery> {
+    let verb = "JOBS";
+    only_keys(verb, obj, &["queue", "state", "limit", "offset"])?;
+    let text = |k: &str| -> OjsResult<Option<String>> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(malformed(format!("{verb}: {k} must be a string"))),
+        }
+    };
+    let state = match text("state")? {
+        None => None,
+        Some(s) => Some(
+            State::ALL
+                .into_iter()
+                .find(|x| x.as_str() == s)
+                .ok_or_else(|| malformed(format!("{verb}: unknown state {s:?}")))?,
+        ),
+    };
+    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
+                .ok_or_else(|| malformed(format!("{verb}: {k} must be a non-negative integer"))),
+        }
+    };
+    Ok(JobsQuery {
+        queue: text("queue")?,
+        state,
+        limit: num("limit", DEAD_LIST_DEFAULT, DEAD_LIST_MAX)?,
+        offset: num("offset", 0, usize::MAX)?,
+    })
+}
+
+/// Longest `MUTATE` glob, bytes.
+pub const MAX_PATTERN_BYTES: usize = 1024;
+/// Most job ids one `MUTATE` filter may list.
+pub const MAX_FILTER_IDS: usize = 10_000;
 
 #[cfg(test)]
 mod tests {
@@ -447,114 +428,4 @@ mod tests {
             assert_eq!(code(parse_dead(b)), ErrorCode::MalformedCommand, "{b}");
         }
     }
-}
-
-/// `JOBS {"queue"?, "state"?, "limit"?, "offset"?}`: jobs of one queue and/or state, newest
-/// first, one page (for the dashboard's job browser and the admin API).
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobsQuery {
-    pub queue: Option<String>,
-    pub state: Option<State>,
-    pub limit: usize,
-    pub offset: usize,
-}
-
-pub fn parse_jobs(payload: &str) -> OjsResult<JobsQuery> {
-    let obj = if payload.trim().is_empty() {
-        Map::new()
-    } else {
-        object("JOBS", payload)?
-    };
-    jobs_query(&obj)
-}
-
-pub fn jobs_query(obj: &Map<String, Value>) -> OjsResult<JobsQuery> {
-    let verb = "JOBS";
-    only_keys(verb, obj, &["queue", "state", "limit", "offset"])?;
-    let text = |k: &str| -> OjsResult<Option<String>> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(malformed(format!("{verb}: {k} must be a string"))),
-        }
-    };
-    let state = match text("state")? {
-        None => None,
-        Some(s) => Some(
-            State::ALL
-                .into_iter()
-                .find(|x| x.as_str() == s)
-                .ok_or_else(|| malformed(format!("{verb}: unknown state {s:?}")))?,
-        ),
-    };
-    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
-                .ok_or_else(|| malformed(format!("{verb}: {k} must be a non-negative integer"))),
-        }
-    };
-    Ok(JobsQuery {
-        queue: text("queue")?,
-        state,
-        limit: num("limit", DEAD_LIST_DEFAULT, DEAD_LIST_MAX)?,
-        offset: num("offset", 0, usize::MAX)?,
-    })
-}
-
-/// The sets of waiting jobs `MUTATE` works on (Faktory's retries, scheduled and dead sets:
-/// ojsd's `retryable`, `scheduled` and `discarded` jobs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobSet {
-    Retries,
-    Scheduled,
-    Dead,
-}
-
-impl JobSet {
-    pub fn state(self) -> State {
-        match self {
-            JobSet::Retries => State::Retryable,
-            JobSet::Scheduled => State::Scheduled,
-            JobSet::Dead => State::Discarded,
-        }
-    }
-}
-
-/// What `MUTATE` does to the jobs its filter matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MutateOp {
-    /// Move to the dead set (`discarded`).
-    Kill,
-    /// Back to its queue now (`available`).
-    Requeue,
-    /// Delete.
-    Discard,
-    /// Delete every job of the set, whatever the filter says (as Faktory does).
-    Clear,
-}
-
-/// Which jobs of a set a `MUTATE` touches; every field that is set must match.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SetFilter {
-    /// Job ids (OJS ids; the Faktory dialect maps jids to them).
-    pub ids: Option<Vec<String>>,
-    /// The job's OJS type.
-    pub job_type: Option<String>,
-    /// A Redis-style glob (`*`, `?`, `[...]`, `\`) over the job's stored JSON envelope.
-    pub pattern: Option<String>,
-}
-
-/// Longest `MUTATE` glob, bytes.
-pub const MAX_PATTERN_BYTES: usize = 1024;
-/// Most job ids one `MUTATE` filter may list.
-pub const MAX_FILTER_IDS: usize = 10_000;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct MutateCmd {
-    pub op: MutateOp,
-    pub set: JobSet,
-    pub filter: SetFilter,
 }

@@ -8,21 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 pub use super::admin::{DeadCmd, DeadFilter, JobSet, MutateCmd, MutateOp, QueueCmd, SetFilter};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkerDirective {
-    Quiet,
-    Terminate,
-}
-
-/// What a worker may say about itself in a BEAT (Faktory's `current_state` and `rss_kb`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BeatReport {
-    /// The worker went quiet or is terminating on its own (e.g. after a signal).
-    pub state: Option<WorkerDirective>,
-    /// Its resident memory, KiB.
-    pub rss_kb: Option<u64>,
-}
+pub use crate::engine::request::{BeatReport, Command, WorkerDirective};
 
 impl BeatReport {
     /// `current_state` (`""`, `"quiet"`, `"terminate"`) and `rss_kb` of a BEAT payload.
@@ -46,95 +32,6 @@ impl BeatReport {
         };
         Ok(BeatReport { state, rss_kb })
     }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    Hello(Value),
-    /// One job as JSON, with its encoded size for the size limit.
-    Push {
-        job: Value,
-        len: usize,
-    },
-    PushBatch(Vec<(Value, usize)>),
-    /// Each job on its own: the valid ones are enqueued, the others reported by position
-    /// (Faktory's PUSHB); PUSHB of the OJS dialect is all or nothing.
-    PushEach(Vec<(Value, usize)>),
-    Fetch {
-        queues: Vec<String>,
-        count: Option<usize>,
-        /// How long to wait for a job when none is available, at most `--fetch-wait-ms`
-        /// (which is also the default); zero answers at once.
-        wait: Option<std::time::Duration>,
-    },
-    /// `handed_out`: also settle a job that was handed out and is `available` again (after a
-    /// restart, or a reservation that was lost): Faktory keeps reservations across
-    /// restarts, so its workers ACK by jid after one. An `active` job is settled only by
-    /// its holder, whatever the front end (ojs-core §7.3, PROTOCOL.md §5.2).
-    Ack {
-        id: String,
-        result: Option<Value>,
-        handed_out: bool,
-    },
-    /// `requeue`: back to `available` at once when the policy allows a retry, without the
-    /// backoff (the HTTP binding's NACK `requeue`).
-    Fail {
-        id: String,
-        error: Value,
-        handed_out: bool,
-        requeue: bool,
-    },
-    Beat {
-        wid: String,
-        active_job_ids: Option<Vec<String>>,
-        report: BeatReport,
-    },
-    Cancel {
-        id: String,
-    },
-    Activate {
-        id: String,
-    },
-    Job {
-        id: String,
-    },
-    Info,
-    Queue(QueueCmd),
-    Dead(DeadCmd),
-    Worker {
-        wid: String,
-        directive: WorkerDirective,
-    },
-    /// `WORKERS` / `WORKER LIST`: the known workers, their heartbeats and jobs.
-    Workers,
-    /// `JOBS {filter}`: one page of jobs by queue and state, newest first.
-    Jobs(super::admin::JobsQuery),
-    /// `OVERVIEW`: the last minutes of throughput, queue depth and pickup latency.
-    Overview,
-    /// A worker's progress report on a job it holds.
-    Progress {
-        id: String,
-        percent: f64,
-        message: Option<String>,
-    },
-    /// Turn the connection into an event stream (ojs-events §6.1 filter, optional start).
-    Subscribe {
-        filter: crate::events::EventFilter,
-        start: crate::events::Start,
-    },
-    /// Moves the engine clock forward; accepted only when the server runs with a test clock.
-    ClockAdvance {
-        ms: i64,
-    },
-    /// Cron job registrations (ojs-cron §8), see `protocol::cron`.
-    Cron(super::cron::CronCmd),
-    /// Workflows (ojs-workflows §11), see `protocol::workflow`.
-    Workflow(super::workflow::WorkflowCmd),
-    /// Kill, requeue, discard or clear scheduled, retrying or dead jobs (Faktory's MUTATE).
-    Mutate(super::admin::MutateCmd),
-    /// Delete every job and workflow in one commit (Faktory's FLUSH).
-    Flush,
-    End,
 }
 
 impl Command {

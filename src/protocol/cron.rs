@@ -3,26 +3,12 @@
 //! cron model's business (`crate::cron::def`); here only the shape of the line is checked.
 
 use super::Command;
+pub use crate::engine::request::CronCmd;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::{Map, Value};
 
 /// Most cron jobs one `CRON LIST` page returns (also the default).
 pub const MAX_LIST: usize = 1000;
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum CronCmd {
-    /// Register or update (upsert) a cron job.
-    Add(Value),
-    List {
-        enabled: Option<bool>,
-        limit: usize,
-        offset: usize,
-    },
-    Get(String),
-    Del(String),
-    Enable(String),
-    Disable(String),
-}
 
 fn malformed(msg: impl Into<String>) -> OjsError {
     OjsError::new(ErrorCode::MalformedCommand, msg)

@@ -3,23 +3,9 @@
 //! the shape of the line is checked.
 
 use super::Command;
+pub use crate::engine::request::WorkflowCmd;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::Value;
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum WorkflowCmd {
-    Create {
-        definition: Value,
-    },
-    Get(String),
-    Cancel(String),
-    /// Newest first; `state` (pending, running, completed, failed, cancelled) filters.
-    List {
-        state: Option<String>,
-        limit: usize,
-        offset: usize,
-    },
-}
 
 /// Most workflows one `WORKFLOW LIST` returns.
 pub const LIST_MAX: usize = 1000;

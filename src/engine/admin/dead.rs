@@ -4,12 +4,12 @@
 //! and `--dead-max`, default 10,000; a job over either limit is pruned, oldest first).
 
 use crate::engine::api::{self, Answer, JobView};
+use crate::engine::request::{DeadCmd, DeadFilter};
 use crate::engine::txn::{Out, Txn};
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{format_ts, Job, State};
-use crate::protocol::command::{DeadCmd, DeadFilter};
 use serde_json::{json, Map};
 use std::ops::Bound;
 use uuid::Uuid;

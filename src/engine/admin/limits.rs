@@ -6,10 +6,10 @@
 //! leaves `active` or a window or spacing moves on.
 
 use crate::engine::api::Answer;
+use crate::engine::request::QueueLimit;
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
-use crate::protocol::admin::QueueLimit;
 use crate::store::Space;
 use serde_json::json;
 

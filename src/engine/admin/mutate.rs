@@ -5,12 +5,12 @@
 
 use crate::engine::api::{self, Answer};
 use crate::engine::index::QueueId;
+use crate::engine::request::{JobSet, MutateCmd, MutateOp, SetFilter};
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::State;
-use crate::protocol::command::{JobSet, MutateCmd, MutateOp, SetFilter};
 use crate::store::Space;
 use serde_json::json;
 use uuid::Uuid;

@@ -7,11 +7,11 @@
 
 use crate::engine::api::{self, Answer, JobView};
 use crate::engine::metrics::Observe;
+use crate::engine::request::JobsQuery;
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::OjsResult;
 use crate::job::State;
-use crate::protocol::admin::JobsQuery;
 
 const BUCKET_MS: i64 = 5_000;
 /// 60 buckets of 5 s: five minutes.

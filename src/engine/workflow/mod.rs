@@ -15,13 +15,13 @@ mod state;
 mod view;
 
 use crate::engine::api::{Answer, WorkflowView};
+use crate::engine::request::WorkflowCmd;
 use crate::engine::txn::{Out, Txn};
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
 use crate::job::{Job, State};
 use crate::json::MAX_STORED_DEPTH;
-use crate::protocol::workflow::WorkflowCmd;
 use crate::store::{Batch, Space, StoreError};
 use crate::workflow;
 use serde_json::{json, Value};

@@ -1,0 +1,276 @@
+//! The engine's requests: every command a front end (the TCP dialects, HTTP, the CLI's
+//! connection, later a peer node) can ask of the engine, as typed values. Front ends parse
+//! their wire forms into these (`protocol/`, `http/`); the engine takes them and answers
+//! typed outcomes (`api.rs`). Nothing here knows a wire format.
+
+use crate::job::State;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+pub use crate::job::rate_limit::RateWindow;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerDirective {
+    Quiet,
+    Terminate,
+}
+
+/// What a worker may say about itself in a BEAT (Faktory's `current_state` and `rss_kb`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BeatReport {
+    /// The worker went quiet or is terminating on its own (e.g. after a signal).
+    pub state: Option<WorkerDirective>,
+    /// Its resident memory, KiB.
+    pub rss_kb: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Hello(Value),
+    /// One job as JSON, with its encoded size for the size limit.
+    Push {
+        job: Value,
+        len: usize,
+    },
+    PushBatch(Vec<(Value, usize)>),
+    /// Each job on its own: the valid ones are enqueued, the others reported by position
+    /// (Faktory's PUSHB); PUSHB of the OJS dialect is all or nothing.
+    PushEach(Vec<(Value, usize)>),
+    Fetch {
+        queues: Vec<String>,
+        count: Option<usize>,
+        /// How long to wait for a job when none is available, at most `--fetch-wait-ms`
+        /// (which is also the default); zero answers at once.
+        wait: Option<std::time::Duration>,
+    },
+    /// `handed_out`: also settle a job that was handed out and is `available` again (after a
+    /// restart, or a reservation that was lost): Faktory keeps reservations across
+    /// restarts, so its workers ACK by jid after one. An `active` job is settled only by
+    /// its holder, whatever the front end (ojs-core §7.3, PROTOCOL.md §5.2).
+    Ack {
+        id: String,
+        result: Option<Value>,
+        handed_out: bool,
+    },
+    /// `requeue`: back to `available` at once when the policy allows a retry, without the
+    /// backoff (the HTTP binding's NACK `requeue`).
+    Fail {
+        id: String,
+        error: Value,
+        handed_out: bool,
+        requeue: bool,
+    },
+    Beat {
+        wid: String,
+        active_job_ids: Option<Vec<String>>,
+        report: BeatReport,
+    },
+    Cancel {
+        id: String,
+    },
+    Activate {
+        id: String,
+    },
+    Job {
+        id: String,
+    },
+    Info,
+    Queue(QueueCmd),
+    Dead(DeadCmd),
+    Worker {
+        wid: String,
+        directive: WorkerDirective,
+    },
+    /// `WORKERS` / `WORKER LIST`: the known workers, their heartbeats and jobs.
+    Workers,
+    /// `JOBS {filter}`: one page of jobs by queue and state, newest first.
+    Jobs(JobsQuery),
+    /// `OVERVIEW`: the last minutes of throughput, queue depth and pickup latency.
+    Overview,
+    /// A worker's progress report on a job it holds.
+    Progress {
+        id: String,
+        percent: f64,
+        message: Option<String>,
+    },
+    /// Turn the connection into an event stream (ojs-events §6.1 filter, optional start).
+    Subscribe {
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+    },
+    /// Moves the engine clock forward; accepted only when the server runs with a test clock.
+    ClockAdvance {
+        ms: i64,
+    },
+    /// Cron job registrations (ojs-cron §8), see `protocol::cron`.
+    Cron(CronCmd),
+    /// Workflows (ojs-workflows §11), see `protocol::workflow`.
+    Workflow(WorkflowCmd),
+    /// Kill, requeue, discard or clear scheduled, retrying or dead jobs (Faktory's MUTATE).
+    Mutate(MutateCmd),
+    /// Delete every job and workflow in one commit (Faktory's FLUSH).
+    Flush,
+    End,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueueCmd {
+    Pause(Vec<String>),
+    Resume(Vec<String>),
+    /// Every known queue with its counts.
+    List,
+    /// One queue in detail.
+    Stats(String),
+    /// Delete the queue's jobs in `states` (never `active`), optionally only those whose
+    /// terminal time (or creation time, for waiting jobs) is before `older_than`.
+    Purge {
+        queue: String,
+        states: Vec<State>,
+        older_than: Option<DateTime<Utc>>,
+    },
+    /// Delete the queues' available jobs and forget the queues (`*`: every queue).
+    Remove(Vec<String>),
+    /// Set (or with `None` lift) a queue's rate limit (ojs-rate-limiting §7.2).
+    Limit {
+        queue: String,
+        limit: Option<QueueLimit>,
+    },
+    /// Seconds the oldest available job of each queue has waited (`*`: every queue).
+    Latency(Vec<String>),
+}
+
+/// Which dead letters a command covers; every field that is set must match.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeadFilter {
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    /// The `type` of the job's most recent error.
+    pub error_type: Option<String>,
+    /// Discarded at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Discarded before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl DeadFilter {
+    /// Set when matching needs the job body, not just the index.
+    pub fn needs_body(&self) -> bool {
+        self.job_type.is_some() || self.error_type.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeadCmd {
+    List {
+        filter: DeadFilter,
+        limit: usize,
+        offset: usize,
+    },
+    Get(String),
+    Stats,
+    Retry(String),
+    RetryAll(DeadFilter),
+    Delete(String),
+    DeleteAll(DeadFilter),
+}
+
+/// A queue's rate limit (ojs-rate-limiting §7.2): at most `concurrency` jobs of the queue
+/// active at once, and at most `rate.limit` started within any `rate.period` (a sliding
+/// window). Either may be absent; `concurrency: 0` holds every job back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueueLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateWindow>,
+}
+
+/// `JOBS {"queue"?, "state"?, "limit"?, "offset"?}`: jobs of one queue and/or state, newest
+/// first, one page (for the dashboard's job browser and the admin API).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobsQuery {
+    pub queue: Option<String>,
+    pub state: Option<State>,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+/// The sets of waiting jobs `MUTATE` works on (Faktory's retries, scheduled and dead sets:
+/// ojsd's `retryable`, `scheduled` and `discarded` jobs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobSet {
+    Retries,
+    Scheduled,
+    Dead,
+}
+
+impl JobSet {
+    pub fn state(self) -> State {
+        match self {
+            JobSet::Retries => State::Retryable,
+            JobSet::Scheduled => State::Scheduled,
+            JobSet::Dead => State::Discarded,
+        }
+    }
+}
+
+/// What `MUTATE` does to the jobs its filter matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MutateOp {
+    /// Move to the dead set (`discarded`).
+    Kill,
+    /// Back to its queue now (`available`).
+    Requeue,
+    /// Delete.
+    Discard,
+    /// Delete every job of the set, whatever the filter says (as Faktory does).
+    Clear,
+}
+
+/// Which jobs of a set a `MUTATE` touches; every field that is set must match.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetFilter {
+    /// Job ids (OJS ids; the Faktory dialect maps jids to them).
+    pub ids: Option<Vec<String>>,
+    /// The job's OJS type.
+    pub job_type: Option<String>,
+    /// A Redis-style glob (`*`, `?`, `[...]`, `\`) over the job's stored JSON envelope.
+    pub pattern: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MutateCmd {
+    pub op: MutateOp,
+    pub set: JobSet,
+    pub filter: SetFilter,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CronCmd {
+    /// Register or update (upsert) a cron job.
+    Add(Value),
+    List {
+        enabled: Option<bool>,
+        limit: usize,
+        offset: usize,
+    },
+    Get(String),
+    Del(String),
+    Enable(String),
+    Disable(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkflowCmd {
+    Create {
+        definition: Value,
+    },
+    Get(String),
+    Cancel(String),
+    /// Newest first; `state` (pending, running, completed, failed, cancelled) filters.
+    List {
+        state: Option<String>,
+        limit: usize,
+        offset: usize,
+    },
+}
