@@ -432,10 +432,23 @@ pub(crate) fn lock_file(dir: &Path, path: &Path) -> StoreResult<std::fs::File> {
 }
 
 /// Create `dir` if needed; a file (or a file on its path) standing where the directory
-/// should be is `NotADirectory` naming that file, not a bare "File exists".
+/// should be is `NotADirectory` naming that file, not a bare "File exists". The directories
+/// it creates are made durable (each one's parent fsynced): without that a power cut can
+/// take the whole new data dir, and whatever was acknowledged in it, with it.
 pub(crate) fn ensure_dir(dir: &Path) -> StoreResult<()> {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let existing = abs.ancestors().find(|p| p.is_dir()).map(Path::to_path_buf);
     match std::fs::create_dir_all(dir) {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            if let Some(existing) = existing {
+                for created in abs.ancestors().take_while(|p| *p != existing) {
+                    if let Some(parent) = created.parent() {
+                        sync_dir(parent)?;
+                    }
+                }
+            }
+            Ok(())
+        }
         Err(e) => {
             let not_dir = dir
                 .ancestors()
