@@ -6,6 +6,10 @@
 //! - every ACK answered `+OK` stays completed (or pruned);
 //! - no job is completed twice (a drain after the restart never delivers an ACKed job);
 //! - the server always reopens.
+//!
+//! `kill -9` leaves the page cache to the kernel, which still writes it; what a power cut
+//! takes with it is tested in `tests/power_loss.rs`, on a file system that drops every
+//! write not fsynced.
 
 mod common;
 

@@ -71,7 +71,8 @@
 //! like a crash does. The `lock` file is released when the process ends.
 
 use super::{
-    allocated_bytes, ensure_dir, Batch, Bounds, Op, Space, Store, StoreError, StoreResult, Syncer,
+    allocated_bytes, ensure_dir, lock_file, sync_dir, Batch, Bounds, Op, Space, Store, StoreError,
+    StoreResult, Syncer, MARKER_FILE,
 };
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::path::{Path, PathBuf};
@@ -120,6 +121,105 @@ fn err(e: fjall::Error) -> StoreError {
         ),
         e => StoreError::Backend(format!("fjall: {e:?}")),
     }
+}
+
+/// What fjall 3's `Database::create_new` (`src/db.rs`) creates before its `version` file is
+/// durable, in this order: `lock`, the empty `keyspaces/`, the journal `0.jnl` (zeros,
+/// preallocated), then `version` (4 bytes, `FJL` and the format), fsynced, then both
+/// directories fsynced. Only after that does it create a tree or accept a write, and ojsd
+/// writes its marker only after that again. `ojsd-store.tmp` is a marker being written.
+const SETUP_FILES: [&str; 5] = ["lock", "keyspaces", "0.jnl", "version", "ojsd-store.tmp"];
+
+/// Why `dir`, which has no `ojsd-store` marker, is what a fjall set-up cut short leaves,
+/// naming what it holds; `None` when it is anything else (empty, a complete database, or
+/// files this check does not account for, which are left to fjall to open or refuse).
+///
+/// A power cut in the first milliseconds of a new data dir can leave `0.jnl` and `lock`
+/// without `version`, or `version` empty or zeroed (its data not yet synced): fjall then
+/// refuses the dir (`create_new` finds `0.jnl` and fails with "File exists"; `recover` reads
+/// no format in `version`). Such a dir provably holds no write: `version` is fsynced before
+/// anything else happens, so a dir whose `version` is not whole never got past
+/// `create_new`, and nothing beyond the files it makes (with `keyspaces/` still empty) is
+/// there. A `version` that names any fjall format, or any other file, and the dir is not
+/// this case.
+pub(super) fn unfinished_setup(dir: &Path) -> StoreResult<Option<String>> {
+    if dir.join(MARKER_FILE).try_exists()? {
+        return Ok(None);
+    }
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| SETUP_FILES.contains(n)) else {
+            return Ok(None);
+        };
+        let kind = entry.file_type()?;
+        let expected_dir = name == "keyspaces";
+        if kind.is_dir() != expected_dir || (!expected_dir && !kind.is_file()) {
+            return Ok(None);
+        }
+        if expected_dir && std::fs::read_dir(entry.path())?.next().is_some() {
+            return Ok(None);
+        }
+        names.push(name.to_string());
+    }
+    if !names.iter().any(|n| n == "0.jnl" || n == "version") {
+        // Empty, or only a lock or an empty `keyspaces/`: fjall sets it up as it is.
+        return Ok(None);
+    }
+    let version = match std::fs::read(dir.join("version")) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    // fjall's `FormatVersion::parse_file_header`: `FJL` then a format byte (1, 2 or 3).
+    if version.len() >= 4 && &version[..3] == b"FJL" && (1..=3).contains(&version[3]) {
+        return Ok(None);
+    }
+    names.sort();
+    let why = if names.iter().any(|n| n == "version") {
+        format!(
+            "its version file holds {} bytes and no format",
+            version.len()
+        )
+    } else {
+        "it has no version file".to_string()
+    };
+    Ok(Some(format!("{}: {why}", names.join(", "))))
+}
+
+/// Start afresh a fjall set-up that a power cut interrupted (see [`unfinished_setup`]):
+/// with the lock held, remove what it left (the lock file stays, held) and fsync the dir,
+/// so that fjall creates the database anew. Anything else is left as it is.
+pub(super) fn restart_unfinished_setup(dir: &Path) -> StoreResult<()> {
+    if unfinished_setup(dir)?.is_none() {
+        return Ok(());
+    }
+    let _lock = lock_file(dir, &dir.join("lock"))?;
+    // Decided again under the lock: another ojsd may have finished the set-up meanwhile.
+    let Some(what) = unfinished_setup(dir)? else {
+        return Ok(());
+    };
+    tracing::warn!(
+        dir = %dir.display(),
+        found = %what,
+        "the data dir holds an unfinished fjall set-up (a power cut while it was created) \
+         and no data; starting it afresh"
+    );
+    for name in SETUP_FILES.iter().filter(|n| **n != "lock") {
+        let path = dir.join(name);
+        let removed = if *name == "keyspaces" {
+            std::fs::remove_dir(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match removed {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    sync_dir(dir)
 }
 
 impl FjallStore {
@@ -346,5 +446,131 @@ mod tests {
             assert!(matches!(s.commit(b), Err(StoreError::Backend(_))));
             assert_eq!(s.get(Space::Job, b"a").unwrap(), None);
         }
+    }
+
+    /// What fjall's `create_new` leaves when a power cut stops it before `version` is
+    /// durable: `lock`, an empty `keyspaces/`, a preallocated `0.jnl` of zeros, and
+    /// `version` as given (absent, empty, zeroed).
+    fn cut_setup(dir: &Path, version: Option<&[u8]>) {
+        std::fs::create_dir_all(dir.join("keyspaces")).unwrap();
+        std::fs::write(dir.join("lock"), b"").unwrap();
+        let jnl = std::fs::File::create(dir.join("0.jnl")).unwrap();
+        jnl.set_len(1 << 20).unwrap();
+        if let Some(v) = version {
+            std::fs::write(dir.join("version"), v).unwrap();
+        }
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_setup_cut_before_version_was_durable_is_started_afresh() {
+        for version in [None, Some(&b""[..]), Some(&[0u8; 4][..]), Some(&b"FJ"[..])] {
+            let dir = tempfile::tempdir().unwrap();
+            cut_setup(dir.path(), version);
+            assert!(
+                unfinished_setup(dir.path()).unwrap().is_some(),
+                "{version:?}"
+            );
+            // As it was, fjall refuses it ("File exists", or no format in `version`).
+            assert!(
+                FjallStore::open(dir.path(), 1 << 20).is_err(),
+                "{version:?}"
+            );
+            let mut s = super::super::open(super::super::StoreKind::Fjall, dir.path(), 1 << 20)
+                .unwrap_or_else(|e| panic!("{version:?}: {e}"));
+            let mut b = Batch::default();
+            b.put(Space::Job, b"k", b"v".to_vec());
+            s.commit(b).unwrap();
+            drop(s);
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(MARKER_FILE)).unwrap(),
+                "fjall 2\n"
+            );
+            let s =
+                super::super::open(super::super::StoreKind::Fjall, dir.path(), 1 << 20).unwrap();
+            assert_eq!(s.get(Space::Job, b"k").unwrap(), Some(b"v".to_vec()));
+        }
+    }
+
+    #[test]
+    fn what_a_cut_setup_cannot_leave_is_never_removed() {
+        // Each of these is the cut set-up plus something fjall writes only after
+        // `version` is durable, or that is not fjall's: left as it is, and refused as before.
+        type Extra = fn(&Path);
+        let extras: [(&str, Extra); 4] = [
+            ("a file of someone else", |d| {
+                std::fs::write(d.join("keep.me"), b"x").unwrap()
+            }),
+            ("a keyspace", |d| {
+                std::fs::create_dir_all(d.join("keyspaces/0")).unwrap()
+            }),
+            ("a second journal", |d| {
+                std::fs::write(d.join("1.jnl"), b"x").unwrap()
+            }),
+            ("a marker", |d| {
+                std::fs::write(d.join(MARKER_FILE), b"fjall 2\n").unwrap()
+            }),
+        ];
+        for (what, extra) in extras {
+            let dir = tempfile::tempdir().unwrap();
+            cut_setup(dir.path(), None);
+            extra(dir.path());
+            assert_eq!(unfinished_setup(dir.path()).unwrap(), None, "{what}");
+            let before = listing(dir.path());
+            restart_unfinished_setup(dir.path()).unwrap();
+            assert_eq!(listing(dir.path()), before, "{what}: nothing removed");
+        }
+        // A whole `version` (of any fjall format) means `create_new` finished.
+        for v in [&b"FJL\x03"[..], b"FJL\x02"] {
+            let dir = tempfile::tempdir().unwrap();
+            cut_setup(dir.path(), Some(v));
+            assert_eq!(unfinished_setup(dir.path()).unwrap(), None, "{v:?}");
+        }
+        // An empty dir, or one holding only a lock, is simply set up.
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(unfinished_setup(dir.path()).unwrap(), None);
+        std::fs::write(dir.path().join("lock"), b"").unwrap();
+        assert_eq!(unfinished_setup(dir.path()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_cut_setup_whose_lock_is_held_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        cut_setup(dir.path(), None);
+        let before = listing(dir.path());
+        let _held = lock_file(dir.path(), &dir.path().join("lock")).unwrap();
+        match super::super::open(super::super::StoreKind::Fjall, dir.path(), 1 << 20) {
+            Err(StoreError::Locked { .. }) => {}
+            Err(e) => panic!("expected Locked, got {e:?}"),
+            Ok(_) => panic!("opened a dir whose lock is held"),
+        }
+        assert_eq!(listing(dir.path()), before);
+    }
+
+    #[test]
+    fn a_complete_store_without_a_marker_keeps_its_data_and_is_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = FjallStore::open(dir.path(), 1 << 20).unwrap();
+            let mut b = Batch::default();
+            b.put(Space::Job, b"old", b"job".to_vec());
+            s.commit(b).unwrap();
+        }
+        assert!(!dir.path().join(MARKER_FILE).exists());
+        assert_eq!(unfinished_setup(dir.path()).unwrap(), None);
+        let s = super::super::open(super::super::StoreKind::Fjall, dir.path(), 1 << 20).unwrap();
+        assert_eq!(s.get(Space::Job, b"old").unwrap(), Some(b"job".to_vec()));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(MARKER_FILE)).unwrap(),
+            "fjall 2\n"
+        );
     }
 }

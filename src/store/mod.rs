@@ -9,7 +9,11 @@
 //! Either way one commit is one atomic, durable write covering every space it touches.
 //!
 //! A data directory records which store wrote it, in `ojsd-store` (see [`open`]), so that
-//! starting with the other store is refused instead of serving an empty broker.
+//! starting with the other store is refused instead of serving an empty broker. The marker
+//! is also the end of a new directory's set-up: it is written last, once the store's own
+//! files are durable, and before anything is served. So a directory without one holds no
+//! acknowledged data, and what a power cut in the middle of a set-up left is started afresh
+//! rather than refused (see [`open`]).
 
 mod fjall_store;
 mod sled_store;
@@ -324,8 +328,7 @@ fn write_marker(dir: &Path, kind: StoreKind) -> StoreResult<()> {
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, dir.join(MARKER_FILE))?;
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
+    sync_dir(dir)
 }
 
 /// Open (creating if needed) the data directory `dir` with the store `kind`.
@@ -333,7 +336,15 @@ fn write_marker(dir: &Path, kind: StoreKind) -> StoreResult<()> {
 /// A directory written by the other store is refused with [`StoreError::WrongStore`]
 /// before that store's files are touched; a directory whose marker names a store or format
 /// this build does not know is refused with [`StoreError::UnknownMarker`]. A directory
-/// without a marker (new, or from before markers) gets one once the store has opened it.
+/// without a marker (new, or from before markers) gets one once the store has opened it
+/// and every file and directory under it has been fsynced: the marker is the last step of
+/// a set-up, so that its presence means the store's files are whole.
+///
+/// Without a marker, what a set-up cut short by a power loss leaves is started afresh (the
+/// store's own check, e.g. [`fjall_store::unfinished_setup`], decides from the files alone
+/// and only when nothing there can hold a write; a warning names what was removed). A
+/// directory without a marker that holds a complete store (an ojsd from before markers) is
+/// opened as it is and marked.
 pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dyn Store>> {
     ensure_dir(dir)?;
     let found = written_by(dir)?;
@@ -342,6 +353,10 @@ pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dy
             dir: dir.to_path_buf(),
             found,
         });
+    }
+    let unmarked = !dir.join(MARKER_FILE).try_exists()?;
+    if unmarked && kind == StoreKind::Fjall {
+        fjall_store::restart_unfinished_setup(dir)?;
     }
     let store: Box<dyn Store> = match kind {
         StoreKind::Fjall => Box::new(FjallStore::open(dir, cache_bytes)?),
@@ -353,16 +368,87 @@ pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dy
     let current = format!("{kind} {}", kind.format());
     let marked = std::fs::read_to_string(dir.join(MARKER_FILE)).ok();
     if marked.as_deref().map(str::trim) != Some(current.as_str()) {
+        if unmarked {
+            // The end of a set-up: whatever the store created and did not sync itself
+            // (directory entries above all) is made durable before the marker says so.
+            sync_tree(dir)?;
+        }
         write_marker(dir, kind)?;
     }
     Ok(store)
 }
 
+/// fsync every file and directory under `dir` (directories after what they hold), skipping
+/// entries that vanish meanwhile (a background flush or compaction may replace a file).
+fn sync_tree(dir: &Path) -> StoreResult<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            sync_tree(&entry.path())?;
+        } else if kind.is_file() {
+            match std::fs::File::open(entry.path()) {
+                Ok(f) => f.sync_all()?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    sync_dir(dir)
+}
+
+/// fsync a directory, so that the entries created, renamed or removed in it survive a
+/// power cut (the data of a file and its name in a directory are made durable apart).
+pub(crate) fn sync_dir(dir: &Path) -> StoreResult<()> {
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Take the exclusive `flock` a store holds on `path` while it runs (fjall's `lock`, sled's
+/// `db`), creating the file if needed, so that removing or repairing files before the store
+/// opens cannot race another ojsd starting on the same directory: `Locked` if it is held.
+/// Released when the returned file is dropped, before the store takes it itself.
+pub(crate) fn lock_file(dir: &Path, path: &Path) -> StoreResult<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    }
+}
+
 /// Create `dir` if needed; a file (or a file on its path) standing where the directory
-/// should be is `NotADirectory` naming that file, not a bare "File exists".
+/// should be is `NotADirectory` naming that file, not a bare "File exists". The directories
+/// it creates are made durable (each one's parent fsynced): without that a power cut can
+/// take the whole new data dir, and whatever was acknowledged in it, with it.
 pub(crate) fn ensure_dir(dir: &Path) -> StoreResult<()> {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let existing = abs.ancestors().find(|p| p.is_dir()).map(Path::to_path_buf);
     match std::fs::create_dir_all(dir) {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            if let Some(existing) = existing {
+                for created in abs.ancestors().take_while(|p| *p != existing) {
+                    if let Some(parent) = created.parent() {
+                        sync_dir(parent)?;
+                    }
+                }
+            }
+            Ok(())
+        }
         Err(e) => {
             let not_dir = dir
                 .ancestors()

@@ -23,6 +23,8 @@ pub struct Server {
     /// passed `--faktory-listen`.
     pub faktory_addr: String,
     dir: tempfile::TempDir,
+    /// The data dir when a test chose it (`start_in`); else `<dir>/db`.
+    data: Option<PathBuf>,
     extra: Vec<String>,
     /// `ulimit -n` for the server process, when a test wants it to run short of descriptors.
     fd_limit: Option<u32>,
@@ -54,7 +56,16 @@ impl Server {
         Server::start_limited(Some(n), extra)
     }
 
+    /// Like `start_with`, on a data dir the test chose (and may have filled by hand).
+    pub fn start_in(data: PathBuf, extra: &[&str]) -> Server {
+        Server::start_full(None, Some(data), extra)
+    }
+
     fn start_limited(fd_limit: Option<u32>, extra: &[&str]) -> Server {
+        Server::start_full(fd_limit, None, extra)
+    }
+
+    fn start_full(fd_limit: Option<u32>, data: Option<PathBuf>, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Server {
             child: None,
@@ -62,6 +73,7 @@ impl Server {
             http_addr: String::new(),
             faktory_addr: String::new(),
             dir,
+            data,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             fd_limit,
         };
@@ -87,7 +99,7 @@ impl Server {
         };
         command
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(self.dir.path().join("db"));
+            .arg(self.data_path());
         if let Some(store) = test_store() {
             if !self
                 .extra
@@ -191,7 +203,9 @@ impl Server {
     }
 
     pub fn data_path(&self) -> PathBuf {
-        self.dir.path().join("db")
+        self.data
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("db"))
     }
 }
 
