@@ -452,67 +452,6 @@ impl Serialize for WorkflowView {
     }
 }
 
-impl Answer {
-    /// The JSON document the OJS dialects send for this answer; `None` for `Ok` and
-    /// `Nothing`, which carry no document.
-    pub fn to_json(&self) -> Option<Bytes> {
-        fn ser<T: Serialize>(v: &T) -> Option<Bytes> {
-            // The documents hold strings, numbers and JSON values only: this cannot fail.
-            serde_json::to_vec(v).ok().map(Bytes::from)
-        }
-        match self {
-            Answer::Ok | Answer::Nothing => None,
-            Answer::Job(j) => Some(j.json.clone()),
-            Answer::Jobs(js) => {
-                let len = js.iter().map(|j| j.json.len() + 1).sum::<usize>() + 2;
-                let mut buf = Vec::with_capacity(len);
-                buf.push(b'[');
-                for (i, j) in js.iter().enumerate() {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
-                    buf.extend_from_slice(&j.json);
-                }
-                buf.push(b']');
-                Some(Bytes::from(buf))
-            }
-            Answer::Directive(d) => ser(&serde_json::json!({"state": directive_name(Some(*d))})),
-            Answer::Info(v) => ser(v),
-            Answer::Queues(v) => ser(v),
-            Answer::QueueStats(v) => ser(v),
-            Answer::Purged(v) => ser(v),
-            Answer::Workers(v) => ser(v),
-            Answer::JobPage(v) => ser(v),
-            Answer::Overview(v) => ser(v),
-            Answer::DeadPage(v) => ser(v),
-            Answer::DeadStats(v) => ser(v),
-            Answer::DeadRetried(v) => ser(v),
-            Answer::DeadDeleted(v) => ser(v),
-            Answer::CronPage(v) => ser(v),
-            Answer::CronJob(v) => ser(v),
-            Answer::Workflow(v) => ser(v),
-            Answer::WorkflowPage(v) => ser(v),
-            Answer::PushedEach(v) => {
-                let rejected: Vec<serde_json::Value> = v
-                    .rejected
-                    .iter()
-                    .map(|(i, e)| serde_json::json!({"index": i, "code": e.code.as_str(), "message": e.message}))
-                    .collect();
-                ser(&serde_json::json!({"accepted": v.accepted, "rejected": rejected}))
-            }
-            Answer::Mutated(v) => ser(v),
-            Answer::Flushed(v) => ser(v),
-            Answer::Latencies(v) => {
-                let map: serde_json::Map<String, serde_json::Value> = v
-                    .iter()
-                    .map(|l| (l.queue.clone(), serde_json::json!(l.seconds)))
-                    .collect();
-                ser(&map)
-            }
-        }
-    }
-}
-
 /// A worker directive's name as BEAT and the worker list show it.
 pub fn directive_name(d: Option<WorkerDirective>) -> &'static str {
     match d {
@@ -536,22 +475,5 @@ mod tests {
             r#"{"scheduled":0,"available":3,"pending":0,"active":0,"completed":0,"retryable":0,"cancelled":0,"discarded":0}"#
         );
         assert_eq!(c.get(State::Available), 3);
-    }
-
-    #[test]
-    fn jobs_render_as_an_array_of_the_stored_envelopes() {
-        let a = JobView::encoded(Bytes::from_static(br#"{"id":"a"}"#));
-        let b = JobView::encoded(Bytes::from_static(br#"{"id":"b"}"#));
-        let out = Answer::Jobs(vec![a.clone(), b]).to_json().unwrap();
-        assert_eq!(&out[..], br#"[{"id":"a"},{"id":"b"}]"#);
-        let page = DeadPage {
-            total: 1,
-            jobs: vec![a],
-        };
-        assert_eq!(
-            serde_json::to_string(&page).unwrap(),
-            r#"{"total":1,"jobs":[{"id":"a"}]}"#
-        );
-        assert_eq!(Answer::Ok.to_json(), None);
     }
 }

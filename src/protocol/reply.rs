@@ -1,5 +1,8 @@
+use crate::engine::api::directive_name;
+use crate::engine::Answer;
 use crate::error::OjsError;
 use bytes::Bytes;
+use serde::Serialize;
 
 /// One server reply, in the RESP subset Faktory uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,12 +31,94 @@ impl From<OjsError> for Reply {
 /// null bulk for nothing, or `-ERR CODE message`.
 impl From<crate::engine::Answered> for Reply {
     fn from(a: crate::engine::Answered) -> Self {
-        use crate::engine::Answer;
         match a {
             Err(e) => Reply::Error(e),
             Ok(Answer::Ok) => Reply::Ok,
             Ok(Answer::Nothing) => Reply::Null,
-            Ok(a) => a.to_json().map_or(Reply::Ok, Reply::Bulk),
+            Ok(a) => document(&a).map_or(Reply::Ok, Reply::Bulk),
         }
+    }
+}
+
+/// The JSON document the OJS TCP dialect sends for an engine answer; `None` for `Ok` and
+/// `Nothing`, which carry no document. (The engine answers typed values; this is the one
+/// place that renders them for the OJS port.)
+pub fn document(answer: &Answer) -> Option<Bytes> {
+    fn ser<T: Serialize>(v: &T) -> Option<Bytes> {
+        // The documents hold strings, numbers and JSON values only: this cannot fail.
+        serde_json::to_vec(v).ok().map(Bytes::from)
+    }
+    match answer {
+        Answer::Ok | Answer::Nothing => None,
+        Answer::Job(j) => Some(j.json().clone()),
+        Answer::Jobs(js) => {
+            let len = js.iter().map(|j| j.json().len() + 1).sum::<usize>() + 2;
+            let mut buf = Vec::with_capacity(len);
+            buf.push(b'[');
+            for (i, j) in js.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                buf.extend_from_slice(j.json());
+            }
+            buf.push(b']');
+            Some(Bytes::from(buf))
+        }
+        Answer::Directive(d) => ser(&serde_json::json!({"state": directive_name(Some(*d))})),
+        Answer::Info(v) => ser(v),
+        Answer::Queues(v) => ser(v),
+        Answer::QueueStats(v) => ser(v),
+        Answer::Purged(v) => ser(v),
+        Answer::Workers(v) => ser(v),
+        Answer::JobPage(v) => ser(v),
+        Answer::Overview(v) => ser(v),
+        Answer::DeadPage(v) => ser(v),
+        Answer::DeadStats(v) => ser(v),
+        Answer::DeadRetried(v) => ser(v),
+        Answer::DeadDeleted(v) => ser(v),
+        Answer::CronPage(v) => ser(v),
+        Answer::CronJob(v) => ser(v),
+        Answer::Workflow(v) => ser(v),
+        Answer::WorkflowPage(v) => ser(v),
+        Answer::PushedEach(v) => {
+            let rejected: Vec<serde_json::Value> = v
+                .rejected
+                .iter()
+                .map(|(i, e)| serde_json::json!({"index": i, "code": e.code.as_str(), "message": e.message}))
+                .collect();
+            ser(&serde_json::json!({"accepted": v.accepted, "rejected": rejected}))
+        }
+        Answer::Mutated(v) => ser(v),
+        Answer::Flushed(v) => ser(v),
+        Answer::Latencies(v) => {
+            let map: serde_json::Map<String, serde_json::Value> = v
+                .iter()
+                .map(|l| (l.queue.clone(), serde_json::json!(l.seconds)))
+                .collect();
+            ser(&map)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::api::{DeadPage, JobView};
+
+    #[test]
+    fn jobs_render_as_an_array_of_the_stored_envelopes() {
+        let a = JobView::encoded(Bytes::from_static(br#"{"id":"a"}"#));
+        let b = JobView::encoded(Bytes::from_static(br#"{"id":"b"}"#));
+        let out = document(&Answer::Jobs(vec![a.clone(), b])).unwrap();
+        assert_eq!(&out[..], br#"[{"id":"a"},{"id":"b"}]"#);
+        let page = DeadPage {
+            total: 1,
+            jobs: vec![a],
+        };
+        assert_eq!(
+            serde_json::to_string(&page).unwrap(),
+            r#"{"total":1,"jobs":[{"id":"a"}]}"#
+        );
+        assert_eq!(document(&Answer::Ok), None);
     }
 }
