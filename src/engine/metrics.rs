@@ -1,17 +1,16 @@
-//! The metrics of ojs-events §7, kept by the engine as it applies transitions and rendered
-//! in Prometheus text format. OJS names map to Prometheus ones by replacing dots with
+//! The metrics of ojs-events §7, kept by the engine as it applies transitions and handed
+//! out as a typed [`MetricsView`]; `http/metrics.rs` renders it in Prometheus text format. OJS names map to Prometheus ones by replacing dots with
 //! underscores and adding `_total` to counters (`ojs.jobs.enqueued` → `ojs_jobs_enqueued_total`).
 
 use super::index::Index;
 use crate::job::State;
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
-const DURATION_BUCKETS: [f64; 14] = [
+pub const DURATION_BUCKETS: [f64; 14] = [
     5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0, 60000.0,
     300000.0,
 ];
-const WAIT_BUCKETS: [f64; 11] = [
+pub const WAIT_BUCKETS: [f64; 11] = [
     10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0, 30000.0, 60000.0, 300000.0, 600000.0,
 ];
 
@@ -43,15 +42,6 @@ struct Series {
     duration: Histogram,
     wait: Histogram,
 }
-
-/// Series by job type, then queue (two levels so a lookup never allocates).
-type CounterDef = (&'static str, &'static str, fn(&Series) -> u64);
-type HistogramDef = (
-    &'static str,
-    &'static str,
-    &'static [f64],
-    fn(&Series) -> &Histogram,
-);
 
 /// Default `--max-metric-series`: (job type, queue) pairs with series of their own.
 pub const DEFAULT_MAX_SERIES: usize = 1000;
@@ -156,87 +146,30 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self, index: &Index) -> String {
-        let mut out = String::new();
-        let counters: [CounterDef; 3] = [
-            (
-                "ojs_jobs_enqueued_total",
-                "Total number of jobs enqueued.",
-                |s| s.enqueued,
-            ),
-            (
-                "ojs_jobs_completed_total",
-                "Total number of jobs that completed successfully.",
-                |s| s.completed,
-            ),
-            (
-                "ojs_jobs_failed_total",
-                "Total number of jobs that reached terminal failure (discarded).",
-                |s| s.failed,
-            ),
-        ];
-        for (name, help, get) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (jt, q, s) in self.all() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{job_type=\"{}\",queue=\"{}\"}} {}",
-                    esc(jt),
-                    esc(q),
-                    get(s)
-                );
-            }
-        }
-        let hists: [HistogramDef; 2] = [
-            (
-                "ojs_jobs_duration_ms",
-                "Execution wall-clock time per job, ms.",
-                &DURATION_BUCKETS,
-                |s| &s.duration,
-            ),
-            (
-                "ojs_jobs_wait_ms",
-                "Time from enqueued_at to started_at, ms.",
-                &WAIT_BUCKETS,
-                |s| &s.wait,
-            ),
-        ];
-        for (name, help, bounds, get) in hists {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (jt, q, s) in self.all() {
-                let h = get(s);
-                let labels = format!("job_type=\"{}\",queue=\"{}\"", esc(jt), esc(q));
-                let mut cumulative = 0;
-                for (i, b) in bounds.iter().enumerate() {
-                    cumulative += h.counts.get(i).copied().unwrap_or(0);
-                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cumulative}");
-                }
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
-                let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
-            }
-        }
-        let gauges: [(&str, &str, State); 3] = [
-            (
-                "ojs_queue_depth",
-                "Jobs in the available state per queue.",
-                State::Available,
-            ),
-            (
-                "ojs_queue_active",
-                "Jobs in the active state per queue.",
-                State::Active,
-            ),
-            (
-                "ojs_dead_letter_depth",
-                "Jobs in the dead-letter set per source queue.",
-                State::Discarded,
-            ),
-        ];
-        // The queues holding the most jobs in these states get gauges of their own, at
-        // most `max_series` of them; the rest are summed under `queue="_other"`.
-        let weight = |q: &super::index::Queue| -> usize {
-            gauges.iter().map(|(_, _, st)| q.count(*st)).sum()
+    /// What the metrics hold now, for a front end to render (`http/metrics.rs` writes
+    /// the Prometheus text): every series, the sum past the bound last, and the gauges of
+    /// the `max_series` queues holding the most jobs in those states, the rest summed.
+    pub fn view(&self, index: &Index) -> MetricsView {
+        let series = self
+            .all()
+            .map(|(jt, q, s)| SeriesView {
+                job_type: jt.to_string(),
+                queue: q.to_string(),
+                enqueued: s.enqueued,
+                completed: s.completed,
+                failed: s.failed,
+                duration: HistogramView::of(&s.duration, DURATION_BUCKETS.len()),
+                wait: HistogramView::of(&s.wait, WAIT_BUCKETS.len()),
+            })
+            .collect();
+        let gauge = |q: &super::index::Queue| QueueGauge {
+            queue: q.name.clone(),
+            depth: q.count(State::Available),
+            active: q.count(State::Active),
+            dead: q.count(State::Discarded),
+        };
+        let weight = |q: &super::index::Queue| {
+            q.count(State::Available) + q.count(State::Active) + q.count(State::Discarded)
         };
         let mut queues: Vec<&super::index::Queue> =
             index.queues.iter().filter(|q| !q.retired).collect();
@@ -247,30 +180,73 @@ impl Metrics {
             Vec::new()
         };
         queues.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        for (name, help, state) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for q in &queues {
-                let _ = writeln!(
-                    out,
-                    "{name}{{queue=\"{}\"}} {}",
-                    esc(&q.name),
-                    q.count(state)
-                );
+        let mut gauges: Vec<QueueGauge> = queues.into_iter().map(gauge).collect();
+        if !rest.is_empty() {
+            let mut other = QueueGauge {
+                queue: OTHER.to_string(),
+                ..Default::default()
+            };
+            for q in rest {
+                let g = gauge(q);
+                other.depth += g.depth;
+                other.active += g.active;
+                other.dead += g.dead;
             }
-            if !rest.is_empty() {
-                let sum: usize = rest.iter().map(|q| q.count(state)).sum();
-                let _ = writeln!(out, "{name}{{queue=\"{OTHER}\"}} {sum}");
-            }
+            gauges.push(other);
         }
-        out
+        MetricsView {
+            series,
+            queues: gauges,
+        }
     }
 }
 
-/// Label values are escaped per the Prometheus text format.
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// A histogram as counts per bucket (not cumulative; the last is +Inf), sum and count.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistogramView {
+    pub counts: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl HistogramView {
+    fn of(h: &Histogram, buckets: usize) -> HistogramView {
+        let mut counts = h.counts.clone();
+        counts.resize(buckets + 1, 0);
+        HistogramView {
+            counts,
+            sum: h.sum,
+            count: h.count,
+        }
+    }
+}
+
+/// One (job type, queue) pair's counters and histograms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesView {
+    pub job_type: String,
+    pub queue: String,
+    pub enqueued: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub duration: HistogramView,
+    pub wait: HistogramView,
+}
+
+/// One queue's gauges (or the sum of the queues past the bound, named `_other`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueGauge {
+    pub queue: String,
+    pub depth: usize,
+    pub active: usize,
+    pub dead: usize,
+}
+
+/// The metrics of ojs-events §7 at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsView {
+    pub series: Vec<SeriesView>,
+    pub queues: Vec<QueueGauge>,
 }
 
 #[cfg(test)]
@@ -278,8 +254,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histograms_are_cumulative_and_counters_count() {
-        let mut m = Metrics::new(DEFAULT_MAX_SERIES);
+    fn views_count_and_bucket_and_sum_past_the_bound() {
+        let mut m = Metrics::new(1);
         m.observe("a.b", "q", Observe::Enqueued);
         m.observe("a.b", "q", Observe::Completed { duration_ms: 7.0 });
         m.observe("a.b", "q", Observe::Completed { duration_ms: 400.0 });
@@ -291,21 +267,21 @@ mod tests {
                 discarded: true,
             },
         );
+        m.observe("c.d", "r", Observe::Enqueued);
         let mut ix = Index::default();
         ix.queue_id("q");
-        let text = m.render(&ix);
-        assert!(text.contains("ojs_jobs_enqueued_total{job_type=\"a.b\",queue=\"q\"} 1"));
-        assert!(text.contains("ojs_jobs_completed_total{job_type=\"a.b\",queue=\"q\"} 2"));
-        assert!(text.contains("ojs_jobs_failed_total{job_type=\"a.b\",queue=\"q\"} 1"));
-        assert!(
-            text.contains("ojs_jobs_duration_ms_bucket{job_type=\"a.b\",queue=\"q\",le=\"5\"} 1")
-        );
-        assert!(
-            text.contains("ojs_jobs_duration_ms_bucket{job_type=\"a.b\",queue=\"q\",le=\"10\"} 2")
-        );
-        assert!(text
-            .contains("ojs_jobs_duration_ms_bucket{job_type=\"a.b\",queue=\"q\",le=\"+Inf\"} 3"));
-        assert!(text.contains("ojs_jobs_duration_ms_count{job_type=\"a.b\",queue=\"q\"} 3"));
-        assert!(text.contains("ojs_queue_depth{queue=\"q\"} 0"));
+        ix.queue_id("r");
+        let v = m.view(&ix);
+        assert_eq!(v.series.len(), 2);
+        let s = &v.series[0];
+        assert_eq!((s.job_type.as_str(), s.queue.as_str()), ("a.b", "q"));
+        assert_eq!((s.enqueued, s.completed, s.failed), (1, 2, 1));
+        assert_eq!(s.duration.count, 3);
+        assert_eq!(&s.duration.counts[..3], &[1, 1, 0]);
+        assert_eq!(s.duration.counts.len(), DURATION_BUCKETS.len() + 1);
+        let other = &v.series[1];
+        assert_eq!((other.job_type.as_str(), other.enqueued), (OTHER, 1));
+        assert_eq!(v.queues.len(), 2, "one queue and _other");
+        assert_eq!(v.queues[1].queue, OTHER);
     }
 }

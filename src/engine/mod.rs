@@ -183,7 +183,7 @@ enum Msg {
     /// Read the event log (and optionally join the live feed); answered between batches.
     Events(events::Read),
     Metrics {
-        reply: oneshot::Sender<String>,
+        reply: oneshot::Sender<metrics::MetricsView>,
     },
     /// From the syncer: groups up to `upto` are durable (or the sync failed).
     Synced {
@@ -382,7 +382,7 @@ impl EngineHandle {
     }
 
     /// The metrics of ojs-events §7 in Prometheus text format.
-    pub async fn metrics(&self) -> Option<String> {
+    pub async fn metrics(&self) -> Option<metrics::MetricsView> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Msg::Metrics { reply }).ok()?;
         rx.await.ok()
@@ -623,7 +623,7 @@ impl Engine {
                     Msg::Closed { conn } => self.connection_gone(&mut txn, conn),
                     Msg::Events(read) => self.reads.push_back(read),
                     Msg::Metrics { reply } => {
-                        let _ = reply.send(self.metrics.render(&self.index));
+                        let _ = reply.send(self.metrics.view(&self.index));
                     }
                     Msg::Synced { upto, failed } => self.synced(upto, failed),
                     Msg::Undelivered(ids) => self.undelivered.extend(ids),

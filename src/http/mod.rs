@@ -29,6 +29,7 @@ pub mod cron;
 pub mod dashboard;
 pub mod error;
 pub mod jobs;
+pub mod metrics;
 pub mod page;
 pub mod poll;
 pub mod query;

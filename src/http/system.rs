@@ -77,14 +77,14 @@ fn subscriber_metrics(out: &mut String, s: crate::events::held::PoolStats) {
 }
 
 pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
-    let text = st.engine.metrics().await.ok_or_else(|| {
+    let view = st.engine.metrics().await.ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "BACKEND_UNAVAILABLE",
             "the engine is not running",
         )
     })?;
-    let mut text = text;
+    let mut text = super::metrics::prometheus(&view);
     subscriber_metrics(&mut text, st.engine.subscribers().stats());
     let mut resp = text.into_response();
     resp.headers_mut().insert(
