@@ -5,11 +5,10 @@
 
 mod common;
 
+use common::raw::Raw;
 use common::{call_json, fetch_one, id_of, push_id, state_of, test_job, Server};
 use ojs_client::Reply;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::time::Instant;
 
 fn push_many(c: &mut ojs_client::Client, queue: &str, n: usize, extra: Value) {
@@ -63,43 +62,16 @@ fn a_big_queue_purge_lets_other_clients_in_between_its_slices() {
     assert_eq!(stats["counts"]["available"], 0, "{stats}");
 }
 
-/// A raw Faktory connection.
-struct Faktory {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Faktory {
-    fn open(addr: &str) -> Faktory {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-            .unwrap();
-        let mut f = Faktory {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        };
-        assert!(f.line().starts_with("+HI "));
-        assert_eq!(f.call(r#"HELLO {"hostname":"h","pid":1,"v":2}"#), "+OK");
-        f
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).unwrap();
-        l.trim_end().to_string()
-    }
-
-    fn call(&mut self, cmd: &str) -> String {
-        self.w.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
-        self.line()
-    }
+/// A Faktory connection past HELLO.
+fn faktory(addr: &str) -> Raw {
+    Raw::hello(addr, &json!({"hostname": "h", "pid": 1, "v": 2}))
 }
 
 #[test]
 fn mutate_in_slices_matches_exactly_and_a_pathological_glob_is_refused() {
     let srv = Server::start_with(&["--faktory-listen", "127.0.0.1:0"]);
     let mut c = srv.client();
-    let mut f = Faktory::open(&srv.faktory_addr);
+    let mut f = faktory(&srv.faktory_addr);
     let at = "2099-01-01T00:00:00Z";
     // 3,000 scheduled jobs, every third holding "needle": many slices of work.
     let mut needles = Vec::new();
@@ -140,7 +112,7 @@ fn mutate_in_slices_matches_exactly_and_a_pathological_glob_is_refused() {
 fn queue_remove_in_slices_deletes_the_waiting_jobs_and_keeps_the_scheduled_one() {
     let srv = Server::start_with(&["--faktory-listen", "127.0.0.1:0"]);
     let mut c = srv.client();
-    let mut f = Faktory::open(&srv.faktory_addr);
+    let mut f = faktory(&srv.faktory_addr);
     push_many(&mut c, "rq", 3000, json!({}));
     let later = push_id(
         &mut c,

@@ -3,55 +3,20 @@
 
 mod common;
 
+use common::raw::Raw;
 use common::Server;
-use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use serde_json::json;
 
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
+/// A Faktory connection past HELLO (with `wid`, a worker).
+struct Conn;
 
 impl Conn {
-    fn open(addr: &str, wid: Option<&str>) -> Conn {
-        let s = TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
-        let mut c = Conn {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        };
-        let hi = c.line();
-        assert!(hi.starts_with("+HI "), "{hi}");
+    fn open(addr: &str, wid: Option<&str>) -> Raw {
         let mut hello = json!({"hostname": "h", "pid": 1, "v": 2, "labels": []});
         if let Some(w) = wid {
             hello["wid"] = json!(w);
         }
-        assert_eq!(c.call(&format!("HELLO {hello}")), "+OK");
-        c
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("read");
-        l.trim_end().to_string()
-    }
-
-    /// One command; a bulk reply is returned as its payload, anything else as its line.
-    fn call(&mut self, cmd: &str) -> String {
-        self.w.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
-        let first = self.line();
-        match first.strip_prefix('$') {
-            Some("-1") => "$-1".to_string(),
-            Some(_) => self.line(),
-            None => first,
-        }
-    }
-
-    fn json(&mut self, cmd: &str) -> Value {
-        let r = self.call(cmd);
-        serde_json::from_str(&r).unwrap_or_else(|e| panic!("{cmd}: {r:?}: {e}"))
+        Raw::hello(addr, &hello)
     }
 }
 

@@ -5,55 +5,10 @@
 
 mod common;
 
+use common::raw::Raw;
 use common::*;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::time::Duration;
-
-/// A raw connection to either port, greeted (`+HI`) but not past HELLO.
-struct Raw {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Raw {
-    fn open(addr: &str) -> Raw {
-        let s = TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut c = Raw {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        };
-        let hi = c.line();
-        assert!(hi.starts_with("+HI "), "{hi}");
-        c
-    }
-
-    /// Greeted and past a HELLO with this payload.
-    fn hello(addr: &str, hello: Value) -> Raw {
-        let mut c = Raw::open(addr);
-        assert_eq!(c.call(&format!("HELLO {hello}")), "+OK");
-        c
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("read");
-        l.trim_end().to_string()
-    }
-
-    /// One command; a bulk reply is returned as its payload, anything else as its line.
-    fn call(&mut self, cmd: &str) -> String {
-        self.w.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
-        let first = self.line();
-        match first.strip_prefix('$') {
-            Some("-1") => "$-1".to_string(),
-            Some(_) => self.line(),
-            None => first,
-        }
-    }
-}
 
 fn start() -> Server {
     Server::start_with(&["--faktory-listen", "127.0.0.1:0"])
@@ -103,8 +58,8 @@ fn d8_hello_fields_of_the_wrong_type_are_refused_on_both_ports() {
     // Python libraries: hostname, wid, pid, labels, v; ojs_client the same).
     let real = json!({"hostname": "host-1", "wid": "6c9f1b2a7d3e", "pid": 4242,
         "labels": ["rust", "golang-compat"], "v": 2});
-    Raw::hello(&s.addr, real.clone());
-    let mut fak = Raw::hello(&s.faktory_addr, real);
+    Raw::hello(&s.addr, &real);
+    let mut fak = Raw::hello(&s.faktory_addr, &real);
     // And a worker is a worker: its BEAT is answered as one.
     assert_eq!(fak.call(r#"BEAT {"wid":"6c9f1b2a7d3e"}"#), "+OK");
     let mut c = s.client();
@@ -115,7 +70,7 @@ fn d8_hello_fields_of_the_wrong_type_are_refused_on_both_ports() {
 #[test]
 fn d9_faktory_names_are_limited_as_written_and_jids_are_bounded() {
     let mut s = start();
-    let mut f = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "w-d9"}));
+    let mut f = Raw::hello(&s.faktory_addr, &json!({"v": 2, "wid": "w-d9"}));
     // The longest names, all capitals (three bytes each once escaped): accepted, stored,
     // fetched back byte for byte, also after a restart.
     let queue = "Q".repeat(128);
@@ -126,7 +81,7 @@ fn d9_faktory_names_are_limited_as_written_and_jids_are_bounded() {
     assert_eq!(info["faktory"]["queues"][&queue], 1, "{info}");
     drop(f);
     s.restart();
-    let mut f = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "w-d9"}));
+    let mut f = Raw::hello(&s.faktory_addr, &json!({"v": 2, "wid": "w-d9"}));
     let got: Value = serde_json::from_str(&f.call(&format!("FETCH {queue}"))).unwrap();
     assert_eq!(
         (&got["jid"], &got["jobtype"], &got["queue"]),
@@ -196,7 +151,7 @@ fn d6_one_ownership_rule_for_every_front_end() {
     let id = held_by(&mut c, &mut owner, "d6a");
     let ack = format!("ACK {}", json!({ "jid": id }));
     for hello in [json!({"v": 2, "wid": "fk-other"}), json!({"v": 2})] {
-        let mut f = Raw::hello(&s.faktory_addr, hello.clone());
+        let mut f = Raw::hello(&s.faktory_addr, &hello);
         let e = f.call(&ack);
         assert!(
             e.starts_with("-ERR ") && e.contains("is reserved by worker ojs-owner"),
@@ -212,8 +167,8 @@ fn d6_one_ownership_rule_for_every_front_end() {
     owner.ack(&id, None).expect("the owner's ACK");
     assert_eq!(state_of(&mut c, &id), "completed");
     // Faktory's ACK by jid from another connection of the same worker id is its holder's.
-    let mut f1 = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "fk-w"}));
-    let mut f2 = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "fk-w"}));
+    let mut f1 = Raw::hello(&s.faktory_addr, &json!({"v": 2, "wid": "fk-w"}));
+    let mut f2 = Raw::hello(&s.faktory_addr, &json!({"v": 2, "wid": "fk-w"}));
     let push = json!({"jid": "d6-same-wid-1", "jobtype": "J", "args": [], "queue": "d6f"});
     assert_eq!(f1.call(&format!("PUSH {push}")), "+OK");
     let got: Value = serde_json::from_str(&f1.call("FETCH d6f")).unwrap();
@@ -250,7 +205,7 @@ fn d6_one_ownership_rule_for_every_front_end() {
     assert!(e.contains("NOT_OWNER"), "{e}");
 
     // 3. A Faktory ACK of a job never fetched is an error, not +OK, and changes nothing.
-    let mut f = Raw::hello(&s.faktory_addr, json!({"v": 2, "wid": "fk-w"}));
+    let mut f = Raw::hello(&s.faktory_addr, &json!({"v": 2, "wid": "fk-w"}));
     let push = json!({"jid": "d6-never-fetched", "jobtype": "J", "args": [], "queue": "d6n"});
     assert_eq!(f.call(&format!("PUSH {push}")), "+OK");
     let e = f.call(r#"ACK {"jid":"d6-never-fetched"}"#);

@@ -7,11 +7,10 @@
 mod common;
 
 use common::http::{request, send_as, Sse};
+use common::raw::Raw;
 use common::Server;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
 
 const TOKENS: &[&str] = &[
     "--token",
@@ -31,24 +30,15 @@ fn start(extra: &[&str]) -> Server {
     Server::start_with(&args)
 }
 
-/// A raw connection to either TCP dialect (both frame replies the same way).
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
+/// A connection to either TCP dialect past HELLO.
+struct Conn;
 
 impl Conn {
     /// Connect and HELLO with `secret` (hashed with the greeting's salt); `Err` holds the
     /// error line a refused HELLO got.
-    fn open(addr: &str, secret: Option<&str>, wid: Option<&str>) -> Result<Conn, String> {
-        let s = TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut c = Conn {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        };
-        let hi = c.line();
-        let greeting: Value = serde_json::from_str(hi.strip_prefix("+HI ").expect(&hi)).unwrap();
+    fn open(addr: &str, secret: Option<&str>, wid: Option<&str>) -> Result<Raw, String> {
+        let mut c = Raw::open(addr);
+        let greeting = c.greeting.clone();
         let mut hello = json!({"hostname": "h", "pid": 1, "v": 2, "labels": []});
         if let (Some(salt), Some(i)) = (greeting["s"].as_str(), greeting["i"].as_u64()) {
             hello["pwdhash"] = json!(ojs_client::password_hash(secret.unwrap_or(""), salt, i));
@@ -61,31 +51,9 @@ impl Conn {
             other => Err(other.to_string()),
         }
     }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("read");
-        l.trim_end().to_string()
-    }
-
-    /// One command; a bulk reply is returned as its payload, anything else as its line.
-    fn call(&mut self, cmd: &str) -> String {
-        self.w.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
-        let first = self.line();
-        match first.strip_prefix('$') {
-            Some("-1") => "$-1".to_string(),
-            Some(_) => self.line(),
-            None => first,
-        }
-    }
-
-    fn json(&mut self, cmd: &str) -> Value {
-        let r = self.call(cmd);
-        serde_json::from_str(&r).unwrap_or_else(|e| panic!("{cmd}: {r:?}: {e}"))
-    }
 }
 
-fn ojs(srv: &Server, secret: &str) -> Conn {
+fn ojs(srv: &Server, secret: &str) -> Raw {
     Conn::open(&srv.addr, Some(secret), None).expect("HELLO")
 }
 

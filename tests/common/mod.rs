@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub mod http;
+pub mod raw;
 
 pub struct Server {
     child: Option<Child>,
