@@ -7,7 +7,7 @@ use super::txn::Txn;
 use super::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::held::{Buffer, HeldLimits, Reservation};
-use crate::events::{self, Component, Event, EventFilter, Start};
+use crate::events::{self, Component, Event, EventFilter, EventKind, Start};
 use crate::job::Job;
 use crate::store::Space;
 use serde_json::{json, Map, Value};
@@ -88,7 +88,7 @@ impl Engine {
     pub(super) fn emit(
         &mut self,
         txn: &mut Txn,
-        kind: &str,
+        kind: EventKind,
         from: Component<'_>,
         subject: &str,
         data: Map<String, Value>,
@@ -96,7 +96,7 @@ impl Engine {
         let cursor = self.events.next;
         self.events.next += 1;
         let source = events::source(&self.cfg.events.service, from);
-        let e = events::build(cursor, kind, source, self.now, subject, data);
+        let e = events::build(cursor, kind.name(), source, self.now, subject, data);
         txn.events.push(e);
     }
 
@@ -156,7 +156,7 @@ impl Engine {
     pub(super) fn emit_job(
         &mut self,
         txn: &mut Txn,
-        kind: &str,
+        kind: EventKind,
         from: Component<'_>,
         job: &Job,
         extra: Value,
@@ -173,7 +173,7 @@ impl Engine {
     pub(super) fn emit_plain(
         &mut self,
         txn: &mut Txn,
-        kind: &str,
+        kind: EventKind,
         from: Component<'_>,
         subject: &str,
         data: Value,
@@ -188,7 +188,7 @@ impl Engine {
     pub(super) fn emit_with(
         &mut self,
         txn: &mut Txn,
-        kind: &str,
+        kind: EventKind,
         from: Component<'_>,
         mut data: Map<String, Value>,
         extra: Value,

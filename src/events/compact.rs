@@ -9,7 +9,7 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 1 | type code ([`KINDS`]); 0 = other, followed by the type as `str` |
+//! | 1 | type code ([`EventKind::code`]); 0 = other, followed by the type as `str` |
 //! | 16 | event id (rendered `evt_<uuid>`) |
 //! | 8 | time, i64 µs since the epoch |
 //! | str | source |
@@ -21,54 +21,24 @@
 //! "Fields" are the members of the data object as JSON without its braces (`"a":1,"b":2`).
 //! Nothing may follow the last field.
 
+use super::kind::EventKind;
 use super::Event;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-/// Event types and their stored codes. Stored on disk: never renumber, only append.
-pub const KINDS: &[(u8, &str)] = &[
-    (1, "job.enqueued"),
-    (2, "job.scheduled"),
-    (3, "job.started"),
-    (4, "job.completed"),
-    (5, "job.failed"),
-    (6, "job.retrying"),
-    (7, "job.discarded"),
-    (8, "job.cancelled"),
-    (9, "job.expired"),
-    (10, "job.heartbeat"),
-    (11, "job.progress"),
-    (20, "queue.paused"),
-    (21, "queue.resumed"),
-    (30, "worker.started"),
-    (31, "worker.heartbeat"),
-    (32, "worker.quiet"),
-    (33, "worker.stopped"),
-    (40, "cron.triggered"),
-    (41, "cron.skipped"),
-    (50, "workflow.created"),
-    (51, "workflow.started"),
-    (52, "workflow.completed"),
-    (53, "workflow.failed"),
-    (54, "workflow.cancelled"),
-    (55, "workflow.step_completed"),
-    (56, "workflow.step_failed"),
-    (57, "workflow.job_completed"),
-    (58, "workflow.job_failed"),
-    (59, "workflow.callback_fired"),
-];
+/// Event types and their stored codes: `(code, name)` for every [`EventKind`].
+pub fn kinds() -> impl Iterator<Item = (u8, &'static str)> {
+    EventKind::ALL.iter().map(|k| (k.code(), k.name()))
+}
 
 fn code_of(kind: &str) -> u8 {
-    KINDS
-        .iter()
-        .find(|(_, k)| *k == kind)
-        .map_or(0, |(c, _)| *c)
+    EventKind::from_name(kind).map_or(0, EventKind::code)
 }
 
 fn kind_of(code: u8) -> Option<&'static str> {
-    KINDS.iter().find(|(c, _)| *c == code).map(|(_, k)| *k)
+    EventKind::from_code(code).map(EventKind::name)
 }
 
 /// What an event holds besides the fields filters look at (which are on [`Event`]).

@@ -19,6 +19,7 @@ use crate::engine::txn::{Out, Txn};
 use crate::engine::Engine;
 use crate::error::OjsResult;
 use crate::events::Component;
+use crate::events::EventKind;
 use crate::job::{format_ts, State};
 use crate::store::Space;
 use serde_json::{json, Value};
@@ -68,7 +69,7 @@ impl Engine {
                     json!({"worker_id": wid, "attempt": job.attempt, "visible_until": until});
                 self.emit_with(
                     txn,
-                    "job.heartbeat",
+                    EventKind::JobHeartbeat,
                     Component::Worker(Some(wid)),
                     job_data(&job),
                     extra,
@@ -86,7 +87,7 @@ impl Engine {
             json!({"worker_id": wid, "active_jobs": held.len(), "queues": queues, "state": state});
         self.emit_plain(
             txn,
-            "worker.heartbeat",
+            EventKind::WorkerHeartbeat,
             Component::Worker(Some(wid)),
             wid,
             data,
@@ -107,7 +108,7 @@ impl Engine {
             let data = json!({"worker_id": &*wid, "queues": queues, "concurrency": concurrency, "hostname": hostname});
             self.emit_plain(
                 txn,
-                "worker.started",
+                EventKind::WorkerStarted,
                 Component::Worker(Some(&wid)),
                 &wid,
                 data,
@@ -127,7 +128,7 @@ impl Engine {
     pub(in crate::engine) fn worker_stopped(&mut self, txn: &mut Txn, wid: &str, data: Value) {
         self.emit_plain(
             txn,
-            "worker.stopped",
+            EventKind::WorkerStopped,
             Component::Worker(Some(wid)),
             wid,
             data,
@@ -145,7 +146,7 @@ impl Engine {
         if d == WorkerDirective::Quiet && before.is_none() {
             let active = self.workers.held(wid).len();
             let data = json!({"worker_id": wid, "active_jobs": active});
-            self.emit_plain(txn, "worker.quiet", Component::Api, wid, data);
+            self.emit_plain(txn, EventKind::WorkerQuiet, Component::Api, wid, data);
         }
         Ok(())
     }
@@ -167,7 +168,7 @@ impl Engine {
             "progress_percent": percent, "progress_message": message});
         self.emit_with(
             txn,
-            "job.progress",
+            EventKind::JobProgress,
             Component::Worker(wid.map(|w| &**w)),
             job_data(&job),
             extra,
@@ -278,9 +279,9 @@ impl Engine {
             }
             self.index.queue_mut(qid).paused = pause;
             let (kind, field) = if pause {
-                ("queue.paused", "paused_by")
+                (EventKind::QueuePaused, "paused_by")
             } else {
-                ("queue.resumed", "resumed_by")
+                (EventKind::QueueResumed, "resumed_by")
             };
             let data = json!({"queue": &name, field: &by});
             self.emit_plain(txn, kind, Component::Api, &name, data);

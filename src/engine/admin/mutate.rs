@@ -10,6 +10,7 @@ use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
+use crate::events::EventKind;
 use crate::job::State;
 use crate::store::Space;
 use serde_json::json;
@@ -184,7 +185,7 @@ impl Engine {
         let extra = json!({"total_attempts": job.attempt,
             "last_error": {"code": "killed", "message": WHY}});
         let data = crate::engine::events::job_data(job);
-        self.emit_with(txn, "job.discarded", Component::Api, data, extra);
+        self.emit_with(txn, EventKind::JobDiscarded, Component::Api, data, extra);
         let now_ms = self.now_ms();
         self.discarded(txn, uid, now_ms);
         self.settled(txn, uid, State::Discarded);

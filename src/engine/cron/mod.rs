@@ -18,6 +18,7 @@ use crate::engine::api::{self, Answer};
 use crate::engine::request::CronCmd;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
+use crate::events::EventKind;
 use crate::job::{format_ts, State};
 use crate::store::{Space, StoreError};
 use chrono::{DateTime, Utc};
@@ -338,7 +339,13 @@ impl Engine {
                 data.insert("queue".into(), json!(queue));
                 data.insert("run_count".into(), json!(e.run_count));
                 data.insert("actual_time".into(), json!(format_ts(self.now)));
-                self.emit(txn, "cron.triggered", Component::Cron, &e.def.name, data);
+                self.emit(
+                    txn,
+                    EventKind::CronTriggered,
+                    Component::Cron,
+                    &e.def.name,
+                    data,
+                );
             }
             Err(err) => {
                 tracing::warn!(cron = %e.def.name, error = %err, "the cron job's job could not be enqueued");
@@ -361,7 +368,13 @@ impl Engine {
         if let Value::Object(m) = extra {
             data.extend(m);
         }
-        self.emit(txn, "cron.skipped", Component::Cron, &e.def.name, data);
+        self.emit(
+            txn,
+            EventKind::CronSkipped,
+            Component::Cron,
+            &e.def.name,
+            data,
+        );
     }
 
     /// A job reached a terminal state: if a cron job enqueued it, it is no longer running.

@@ -12,6 +12,7 @@ use crate::engine::workers::Holder;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::events::Component;
+use crate::events::EventKind;
 use crate::job::parts::Parts;
 use crate::job::retry::RetryDecision;
 use crate::job::validate::{parse_new_job, Limits, NewJob};
@@ -165,7 +166,7 @@ impl Engine {
             State::Available => {
                 self.emit_job(
                     txn,
-                    "job.enqueued",
+                    EventKind::JobEnqueued,
                     Component::Api,
                     &job,
                     json!({"priority": job.priority}),
@@ -175,7 +176,7 @@ impl Engine {
             }
             State::Scheduled => {
                 let at = json!({"scheduled_at": job.scheduled_at});
-                self.emit_job(txn, "job.scheduled", Component::Api, &job, at);
+                self.emit_job(txn, EventKind::JobScheduled, Component::Api, &job, at);
             }
             _ => {} // pending: announced by ACTIVATE
         }
@@ -288,7 +289,7 @@ impl Engine {
         self.observe(&data, Observe::Started { wait_ms });
         self.emit_with(
             txn,
-            "job.started",
+            EventKind::JobStarted,
             Component::Worker(wid.map(|w| &**w)),
             data,
             extra,
@@ -428,7 +429,7 @@ impl Engine {
         );
         self.emit_with(
             txn,
-            "job.completed",
+            EventKind::JobCompleted,
             Component::Worker(wid.map(|w| &**w)),
             data,
             extra,
@@ -579,15 +580,15 @@ impl Engine {
             },
         );
         let failed = json!({"attempt": attempt, "error": event_error, "duration_ms": duration_ms});
-        self.emit_with(txn, "job.failed", from, data.clone(), failed);
+        self.emit_with(txn, EventKind::JobFailed, from, data.clone(), failed);
         let short = json!({"code": code, "message": message});
         if let Some(at) = retry_at {
             let extra = json!({"attempt": attempt, "max_attempts": max_attempts,
                 "next_retry_at": format_ts(at), "error": short});
-            self.emit_with(txn, "job.retrying", from, data, extra);
+            self.emit_with(txn, EventKind::JobRetrying, from, data, extra);
         } else if exhausted {
             let extra = json!({"total_attempts": attempt, "last_error": short});
-            self.emit_with(txn, "job.discarded", from, data, extra);
+            self.emit_with(txn, EventKind::JobDiscarded, from, data, extra);
             self.settled(txn, uid, State::Discarded);
             if delete {
                 // `on_exhaustion: delete`: gone in the commit that records the failure.
@@ -636,7 +637,13 @@ impl Engine {
         let data = job_data(job);
         let now_ms = self.now_ms();
         self.discarded(txn, uid, now_ms);
-        self.emit_with(txn, "job.expired", Component::Scheduler, data, extra);
+        self.emit_with(
+            txn,
+            EventKind::JobExpired,
+            Component::Scheduler,
+            data,
+            extra,
+        );
         self.settled(txn, uid, State::Discarded);
         Ok(())
     }
@@ -662,7 +669,7 @@ impl Engine {
             .unwrap_or_else(|| "api".into());
         self.emit_with(
             txn,
-            "job.cancelled",
+            EventKind::JobCancelled,
             Component::Api,
             data,
             json!({"cancelled_by": by}),
@@ -704,7 +711,7 @@ impl Engine {
         self.woke = true;
         if let (Some(from), Some((data, extra))) = (announce, data) {
             self.observe(&data, Observe::Enqueued);
-            self.emit_with(txn, "job.enqueued", from, data, extra);
+            self.emit_with(txn, EventKind::JobEnqueued, from, data, extra);
         }
         Ok(())
     }

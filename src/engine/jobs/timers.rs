@@ -8,6 +8,7 @@ use crate::engine::txn::Txn;
 use crate::engine::{ConnId, Engine};
 use crate::error::OjsResult;
 use crate::events::Component;
+use crate::events::EventKind;
 use crate::job::State;
 use serde_json::json;
 use uuid::Uuid;
@@ -38,7 +39,7 @@ impl Engine {
                 "message": "the fetching connection closed before the job was handed over", "retryable": true}});
             self.index.set_state(uid, State::Available, None);
             self.woke = true;
-            self.emit_with(txn, "job.failed", Component::Scheduler, data, extra);
+            self.emit_with(txn, EventKind::JobFailed, Component::Scheduler, data, extra);
         }
     }
 

@@ -2,6 +2,7 @@
 //! workflow or callback (serialized as JSON, one store record each), and the values that
 //! pass between the state machine (`state`) and the engine.
 
+use crate::events::EventKind;
 use crate::workflow::{Kind, Role};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -222,7 +223,7 @@ pub enum Effect {
         parent_results: Map<String, Value>,
     },
     Event {
-        kind: &'static str,
+        kind: EventKind,
         data: Value,
     },
 }

@@ -7,6 +7,7 @@
 pub use super::records::{
     Cancellation, Effect, Header, Node, NodeKind, NodeState, Outcome, Settle, WfState,
 };
+use crate::events::EventKind;
 use crate::workflow::{Def, Definition, Flow, JobDef, Role};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
@@ -156,7 +157,7 @@ impl Workflow {
     /// `workflow.created`, then the first jobs: step 0 of a chain, every job of a group or
     /// batch (§4.3, §5.3, §6.4).
     pub fn start(&mut self, now: DateTime<Utc>) -> Vec<Effect> {
-        let mut out = vec![self.event("workflow.created", json!({}))];
+        let mut out = vec![self.event(EventKind::WorkflowCreated, json!({}))];
         self.activate(0, Map::new(), now, &mut out);
         out
     }
@@ -200,7 +201,7 @@ impl Workflow {
         let (path, job_type) = (node.path.clone(), node.job_type.clone());
         let data = json!({"callback": role.as_str(), "step_id": path,
             "job_id": job_id, "job_type": job_type});
-        Some(self.event("workflow.callback_fired", data))
+        Some(self.event(EventKind::WorkflowCallbackFired, data))
     }
 
     /// One of the workflow's jobs was fetched: the first one starts the workflow (§8.2).
@@ -213,7 +214,7 @@ impl Workflow {
         self.dirty_header = true;
         let total = self.nodes.first().map_or(0, |r| r.children.len());
         let data = json!({"total_steps": total, "job_count": self.header.job_count});
-        Some(self.event("workflow.started", data))
+        Some(self.event(EventKind::WorkflowStarted, data))
     }
 
     /// Node `n`'s job reached a terminal state. Ignored unless the node was waiting for it
@@ -449,7 +450,7 @@ impl Workflow {
         }
         let data = json!({"completed_count": self.header.completed_count,
             "failed_count": self.header.failed_count, "jobs_cancelled": jobs.len()});
-        Ok((vec![self.event("workflow.cancelled", data)], jobs))
+        Ok((vec![self.event(EventKind::WorkflowCancelled, data)], jobs))
     }
 
     /// A started job that could not be cancelled because it no longer exists.

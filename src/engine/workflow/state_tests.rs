@@ -42,7 +42,7 @@ impl Run {
                     self.enqueued.push((node, parent_results));
                     self.apply(ev.into_iter().collect());
                 }
-                Effect::Event { kind, data } => self.events.push((kind.to_string(), data)),
+                Effect::Event { kind, data } => self.events.push((kind.name().to_string(), data)),
             }
         }
     }
@@ -322,7 +322,7 @@ fn cancel_stops_what_has_not_run() {
     assert!(matches!(
         &effects[0],
         Effect::Event {
-            kind: "workflow.cancelled",
+            kind: EventKind::WorkflowCancelled,
             ..
         }
     ));

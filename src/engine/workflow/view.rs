@@ -3,6 +3,7 @@
 //! workflow events (ojs-events §4.4, ojs-workflows Appendix B).
 
 use super::state::{Effect, NodeKind, NodeState, Workflow};
+use crate::events::EventKind;
 use crate::job::{format_ts, State};
 use crate::workflow::Kind;
 use chrono::{DateTime, Utc};
@@ -53,7 +54,7 @@ impl Workflow {
     }
 
     /// An event about this workflow: its id, name and type, plus `extra`.
-    pub(in crate::engine) fn event(&self, kind: &'static str, extra: Value) -> Effect {
+    pub(in crate::engine) fn event(&self, kind: EventKind, extra: Value) -> Effect {
         let h = &self.header;
         let mut data = Map::new();
         data.insert("workflow_id".into(), json!(h.id));
@@ -97,9 +98,9 @@ impl Workflow {
             data.insert("steps_remaining".into(), json!(left.max(0)));
             data.insert("remaining_steps".into(), json!(left.max(0)));
             if ok {
-                "workflow.step_completed"
+                EventKind::WorkflowStepCompleted
             } else {
-                "workflow.step_failed"
+                EventKind::WorkflowStepFailed
             }
         } else {
             match node.role {
@@ -107,9 +108,9 @@ impl Workflow {
                 None => data.insert("job_index".into(), json!(node.index)),
             };
             if ok {
-                "workflow.job_completed"
+                EventKind::WorkflowJobCompleted
             } else {
-                "workflow.job_failed"
+                EventKind::WorkflowJobFailed
             }
         };
         self.event(kind, Value::Object(data))
@@ -122,7 +123,7 @@ impl Workflow {
             "duration_ms": ms_between(Some(h.created_at), Some(now)),
             "job_count": h.job_count, "completed_count": h.completed_count,
             "failed_count": h.failed_count});
-        self.event("workflow.completed", data)
+        self.event(EventKind::WorkflowCompleted, data)
     }
 
     pub(in crate::engine) fn failed_event(&self) -> Effect {
@@ -133,7 +134,7 @@ impl Workflow {
             "error": {"code": error.get("code").cloned().unwrap_or(json!("error")),
                       "message": error.get("message").cloned().unwrap_or(json!(""))},
             "failed_count": self.header.failed_count});
-        self.event("workflow.failed", data)
+        self.event(EventKind::WorkflowFailed, data)
     }
 
     /// The full state: per-step/per-job states, results and errors, and the metadata.
