@@ -696,7 +696,7 @@ async fn stream_events<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut sub = crate::events::Subscription::new(engine, filter, start);
+    let mut sub = crate::engine::Subscription::new(engine, filter, start);
     // The first read (and the live registration) happens before `+OK`, so a live-only
     // stream covers every event committed after the client sees `+OK`, and a pruned
     // cursor is refused instead of confirmed.

@@ -17,6 +17,7 @@ mod rebuild;
 mod record;
 pub mod request;
 mod stored;
+mod subscription;
 mod throughput;
 mod txn;
 mod workers;
@@ -25,6 +26,7 @@ mod workflow;
 pub use api::{Answer, Answered, JobView};
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
+pub use subscription::Subscription;
 
 /// The stored job record formats, for the `record` fuzz target (`fuzz/`) only: not an API.
 #[doc(hidden)]

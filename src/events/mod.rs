@@ -6,12 +6,10 @@ mod compact;
 mod filter;
 pub mod held;
 mod kind;
-mod subscription;
 
 pub use compact::{build, kinds};
 pub use filter::{split_csv, EventFilter};
 pub use kind::EventKind;
-pub use subscription::Subscription;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};

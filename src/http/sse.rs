@@ -15,8 +15,9 @@
 use super::error::ApiError;
 use super::query::EventQuery;
 use super::AppState;
+use crate::engine::Subscription;
 use crate::error::OjsError;
-use crate::events::{Event, Subscription};
+use crate::events::Event;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};

@@ -19,8 +19,9 @@
 use super::error::{status_of, ApiError};
 use super::AppState;
 use crate::engine::EngineHandle;
+use crate::engine::Subscription;
 use crate::error::OjsError;
-use crate::events::{EventFilter, Start, Subscription};
+use crate::events::{EventFilter, Start};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;

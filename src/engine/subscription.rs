@@ -1,13 +1,13 @@
 //! A subscriber's view of the event stream, shared by the TCP `SUBSCRIBE`, SSE and
-//! WebSocket front ends: replay from the log, then live events, and back to the log
+//! WebSocket front ends (the engine's reading API, above the event model it reads): replay from the log, then live events, and back to the log
 //! whenever the live feed is cut because the reader fell behind or its buffer was emptied
 //! while it stalled (`held.rs`). Events are delivered in cursor order with no gap and no
 //! repeat, and what waits for the reader counts against the subscribers' memory bounds.
 
-use super::held::{Buffer, Taken};
-use super::{Event, EventFilter, Start};
-use crate::engine::EngineHandle;
+use super::EngineHandle;
 use crate::error::OjsError;
+use crate::events::held::{Buffer, Taken};
+use crate::events::{Event, EventFilter, Start};
 use std::sync::Arc;
 
 /// Most events asked for in one page from the log (pages are also bounded in bytes).
