@@ -583,7 +583,10 @@ where
             Ok(Frame::TooLong { limit }) => (
                 Err(OjsError::new(
                     ErrorCode::LineTooLong,
-                    format!("line longer than {limit} bytes; it was discarded"),
+                    format!(
+                        "line longer than {limit} bytes (--max-line-bytes); it was discarded: \
+                         send a PUSHB in smaller batches, or raise the limit"
+                    ),
                 )),
                 Render::Ojs,
                 0,

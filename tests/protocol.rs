@@ -461,7 +461,17 @@ fn malformed_input_gets_an_error_and_the_connection_survives() {
         matches!(raw.bytes(&line_of(1024)), Reply::Bulk(_)),
         "1024 bytes fit"
     );
-    assert_eq!(raw.code(&line_of(1025)), "LINE_TOO_LONG");
+    match raw.bytes(&line_of(1025)) {
+        // The error names the flag and what to do (a PUSHB too big for the line limit).
+        Reply::Error { code, message } => {
+            assert_eq!(code, "LINE_TOO_LONG");
+            assert!(
+                message.contains("--max-line-bytes") && message.contains("smaller batches"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     raw.send(b"INFO\n"); // a bare LF ends a line too
     let enqueued = json_of(raw.reply())["totals"]["enqueued"].clone();
     assert_eq!(enqueued, 1, "only the 1024-byte job was stored");
