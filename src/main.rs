@@ -239,10 +239,57 @@ fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
     filter
 }
 
+/// `OJSD_*` variables that no flag reads, with the closest one a flag does read: a misspelt
+/// variable (`OJSD_CORS_ORIGIN` for `OJSD_CORS_ORIGINS`) would otherwise be ignored without
+/// a word. The test harnesses' own variables are not flags' and are left alone.
+fn unknown_env_vars(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
+    const NOT_FLAGS: &[&str] = &[
+        "OJSD_TEST_STORE",
+        "OJSD_BIN",
+        "OJSD_FUZZ",
+        "OJSD_FUZZ_SECS",
+        "OJSD_LAZYFS_PYTHON",
+    ];
+    let known: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect();
+    let mut out = Vec::new();
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if !k.starts_with("OJSD_") || known.contains(&k) || NOT_FLAGS.contains(&k.as_str()) {
+            continue;
+        }
+        // The known name sharing the longest prefix with it, if it shares most of it.
+        let near = known
+            .iter()
+            .map(|n| {
+                (
+                    n.bytes().zip(k.bytes()).take_while(|(a, b)| a == b).count(),
+                    n,
+                )
+            })
+            .max_by_key(|(shared, _)| *shared)
+            .filter(|(shared, n)| *shared * 4 >= k.len().max(n.len()) * 3)
+            .map(|(_, n)| n.clone());
+        out.push((k, near));
+    }
+    out
+}
+
 /// clap, with the config file's values (if there is one) as the defaults.
 fn parse_args() -> Args {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let mut cmd = Args::command();
+    for (name, near) in unknown_env_vars(&cmd) {
+        match near {
+            Some(n) => {
+                eprintln!("ojsd: warning: {name} is not a setting ojsd reads; did you mean {n}?")
+            }
+            None => eprintln!("ojsd: warning: {name} is not a setting ojsd reads"),
+        }
+    }
     if let Some(path) = config_file::config_path(&argv, std::env::var_os("OJSD_CONFIG")) {
         cmd = config_file::apply(cmd, &path).unwrap_or_else(|msg| {
             clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{msg}\n")).exit()

@@ -34,3 +34,47 @@ fn every_flag_has_its_own_description_and_test_flags_are_hidden() {
     assert!(text[sse..].lines().nth(1).unwrap().contains("SSE"));
     assert!(!text.contains("--test-clock"), "a test-only flag in --help");
 }
+
+#[test]
+fn a_misspelt_environment_variable_is_named_with_the_one_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ojsd"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "off",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env("OJSD_CORS_ORIGIN", "https://admin.example.com")
+        .env("OJSD_NOT_A_THING", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start ojsd");
+    // The warnings come before the store opens (logged at info).
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut lines = Vec::new();
+    while lines.len() < 50 {
+        let mut l = String::new();
+        if std::io::BufRead::read_line(&mut err, &mut l).unwrap() == 0 || l.contains("store opened")
+        {
+            break;
+        }
+        lines.push(l);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = lines.concat();
+    assert!(
+        text.contains(
+            "OJSD_CORS_ORIGIN is not a setting ojsd reads; did you mean OJSD_CORS_ORIGINS?"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("OJSD_NOT_A_THING is not a setting ojsd reads\n"),
+        "{text}"
+    );
+}
