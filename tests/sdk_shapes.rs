@@ -151,3 +151,29 @@ fn heartbeats_in_the_worker_protocol_shape_and_the_binding_shape() {
     );
     assert_eq!(status, 400);
 }
+
+#[test]
+fn tcp_push_honours_the_binding_options_as_http_does() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    let job = json!({"type": "mail.send", "args": [1],
+        "options": {"queue": "mail", "priority": 5, "timeout_ms": 1500,
+            "retry": {"max_attempts": 7, "initial_interval_ms": 2000}, "metadata": {"k": "v"}}});
+    let v = common::call_json(&mut c, &format!("PUSH {job}"));
+    assert_eq!(v["queue"], "mail", "{v}");
+    assert_eq!(v["priority"], 5, "{v}");
+    assert_eq!(v["timeout"], 2, "{v}");
+    assert_eq!(v["retry"]["max_attempts"], 7, "{v}");
+    assert_eq!(v["retry"]["initial_interval"], "PT2S", "{v}");
+    assert_eq!(v["meta"]["k"], "v", "{v}");
+    assert!(v.get("options").is_none(), "{v}");
+    // PUSHB too, and a bad option is refused.
+    let batch = json!([{"type": "a.b", "args": [], "options": {"queue": "q2"}}]);
+    let v = common::call_json(&mut c, &format!("PUSHB {batch}"));
+    assert_eq!(v[0]["queue"], "q2", "{v}");
+    let bad = json!({"type": "a.b", "args": [], "options": {"timeout_ms": "soon"}});
+    assert_eq!(
+        common::err_code(&mut c, &format!("PUSH {bad}")),
+        "INVALID_PAYLOAD"
+    );
+}

@@ -44,70 +44,10 @@ fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// Milliseconds as the ISO 8601 duration the envelope's retry policy takes.
-fn iso_ms(ms: &Value, what: &str) -> Result<Value, ApiError> {
-    let ms = ms
-        .as_u64()
-        .ok_or_else(|| ApiError::bad_request(format!("{what} must be a non-negative integer")))?;
-    Ok(Value::String(if ms % 1000 == 0 {
-        format!("PT{}S", ms / 1000)
-    } else {
-        format!("PT{}.{:03}S", ms / 1000, ms % 1000)
-    }))
-}
-
-/// A binding request (§9.1) as the OJS envelope PUSH takes.
-fn envelope(mut req: Map<String, Value>) -> Result<Value, ApiError> {
-    let options = match req.remove("options") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(o)) => o,
-        Some(_) => return Err(ApiError::bad_request("options must be a JSON object")),
-    };
-    for (k, v) in options {
-        let (key, value) = match k.as_str() {
-            "queue" | "priority" | "expires_at" | "unique" | "tags" | "pending"
-            | "scheduled_at" => (k, v),
-            "delay_until" => ("scheduled_at".to_string(), v),
-            "timeout_ms" | "visibility_timeout_ms" => {
-                let ms = v.as_u64().ok_or_else(|| {
-                    ApiError::bad_request(format!("options.{k} must be a non-negative integer"))
-                })?;
-                // The envelope's timeout is whole seconds; a part of a second rounds up.
-                ("timeout".to_string(), json!(ms.div_ceil(1000)))
-            }
-            "retry" => {
-                let Value::Object(r) = v else {
-                    return Err(ApiError::bad_request("options.retry must be a JSON object"));
-                };
-                let mut out = Map::new();
-                for (rk, rv) in r {
-                    match rk.strip_suffix("_ms") {
-                        Some(base) => {
-                            out.insert(base.to_string(), iso_ms(&rv, &format!("retry.{rk}"))?);
-                        }
-                        None => {
-                            out.insert(rk, rv);
-                        }
-                    }
-                }
-                ("retry".to_string(), Value::Object(out))
-            }
-            "metadata" => {
-                let Value::Object(extra) = v else {
-                    return Err(ApiError::bad_request(
-                        "options.metadata must be a JSON object",
-                    ));
-                };
-                let meta = req.entry("meta").or_insert_with(|| json!({}));
-                match meta {
-                    Value::Object(m) => m.extend(extra),
-                    _ => return Err(ApiError::bad_request("meta must be a JSON object")),
-                }
-                continue;
-            }
-            _ => (k, v),
-        };
-        req.insert(key, value);
-    }
+/// A binding request (§9.1) as the OJS envelope PUSH takes: its `options` folded into the
+/// envelope (`job::options`), and `args` required.
+fn envelope(req: Map<String, Value>) -> Result<Value, ApiError> {
+    let req = crate::job::options::fold(req, ApiError::bad_request)?;
     match req.get("args") {
         Some(Value::Array(_)) => {}
         None => {

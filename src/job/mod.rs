@@ -4,6 +4,7 @@
 //! not define are kept in `extra` and written back unchanged (§5.5 rule 4).
 
 pub mod duration;
+pub mod options;
 pub mod parts;
 pub mod rate_limit;
 pub mod retry;

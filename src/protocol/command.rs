@@ -325,6 +325,18 @@ fn parse_fetch(payload: &str) -> OjsResult<Command> {
     })
 }
 
+/// A job that carries the HTTP binding's `options` object (as the SDKs send it) gets it
+/// folded into the envelope, as HTTP PUSH does, instead of kept as an unknown attribute.
+fn with_options(job: Value) -> OjsResult<Value> {
+    match job {
+        Value::Object(m) if m.contains_key("options") => {
+            crate::job::options::fold(m, |msg| OjsError::new(ErrorCode::InvalidPayload, msg))
+                .map(Value::Object)
+        }
+        other => Ok(other),
+    }
+}
+
 fn split_verb(line: &str) -> (&str, &str) {
     match line.find(' ') {
         Some(i) => (&line[..i], line[i + 1..].trim_start()),
@@ -345,7 +357,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             "HELLO", payload,
         )?)?)),
         "PUSH" => {
-            let job = json_payload("PUSH", payload)?;
+            let job = with_options(json_payload("PUSH", payload)?)?;
             Ok(Command::Push {
                 job,
                 len: payload.len(),
@@ -362,7 +374,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
                 let len = raw.get().len();
                 let v: Value = serde_json::from_str(raw.get())
                     .map_err(|e| malformed(format!("PUSHB: invalid JSON: {e}")))?;
-                jobs.push((v, len));
+                jobs.push((with_options(v)?, len));
             }
             Ok(Command::PushBatch(jobs))
         }
