@@ -25,6 +25,7 @@ use crate::error::{ErrorCode, OjsError};
 use crate::job::State;
 use crate::protocol::command::BeatReport;
 use crate::protocol::command::WorkerDirective;
+use crate::protocol::reply::envelopes;
 use crate::protocol::Command;
 use axum::body::Bytes;
 use axum::extract::{Path, State as AxState};
@@ -89,20 +90,6 @@ async fn one_job(st: &AppState, wid: Option<Arc<str>>, cmd: Command) -> Result<J
 /// The job's current envelope (JOB).
 async fn read(st: &AppState, id: &str) -> Result<JobView, ApiError> {
     one_job(st, None, Command::Job { id: id.to_string() }).await
-}
-
-/// `[envelope, ...]`, spliced from the engine's encoded envelopes.
-fn envelopes(views: &[JobView]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + views.iter().map(|j| j.json().len() + 1).sum::<usize>());
-    out.push(b'[');
-    for (i, j) in views.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(j.json());
-    }
-    out.push(b']');
-    out
 }
 
 /// The engine marks the existing job it answers for an ignored duplicate with a top-level

@@ -15,6 +15,24 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 pub const DEAD_LIST_DEFAULT: usize = 50;
+
+/// A paging number (`limit`, `offset`) of a listing's JSON: `default` when absent, at most
+/// `max`, refused when it is not a non-negative integer. Shared by every listing's parser.
+pub fn page_num(
+    verb: &str,
+    obj: &Map<String, Value>,
+    k: &str,
+    default: usize,
+    max: usize,
+) -> OjsResult<usize> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v
+            .as_u64()
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
+            .ok_or_else(|| malformed(format!("{verb}: {k} must be a non-negative integer"))),
+    }
+}
 pub const DEAD_LIST_MAX: usize = 1000;
 
 fn malformed(msg: impl Into<String>) -> OjsError {
@@ -128,15 +146,7 @@ pub fn dead_list(obj: &Map<String, Value>) -> OjsResult<DeadCmd> {
     let mut allowed = FILTER_KEYS.to_vec();
     allowed.extend(["limit", "offset"]);
     only_keys(verb, obj, &allowed)?;
-    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
-                .ok_or_else(|| malformed(format!("{verb}: {k} must be a non-negative integer"))),
-        }
-    };
+    let num = |k: &str, default: usize, max: usize| page_num(verb, obj, k, default, max);
     Ok(DeadCmd::List {
         filter: dead_filter(verb, obj)?,
         limit: num("limit", DEAD_LIST_DEFAULT, DEAD_LIST_MAX)?,
@@ -344,15 +354,7 @@ pub fn jobs_query(obj: &Map<String, Value>) -> OjsResult<JobsQuery> {
                 .ok_or_else(|| malformed(format!("{verb}: unknown state {s:?}")))?,
         ),
     };
-    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
-                .ok_or_else(|| malformed(format!("{verb}: {k} must be a non-negative integer"))),
-        }
-    };
+    let num = |k: &str, default: usize, max: usize| page_num(verb, obj, k, default, max);
     Ok(JobsQuery {
         queue: text("queue")?,
         state,

@@ -1,5 +1,5 @@
 use crate::engine::api::directive_name;
-use crate::engine::Answer;
+use crate::engine::{Answer, JobView};
 use crate::error::OjsError;
 use bytes::Bytes;
 use serde::Serialize;
@@ -40,6 +40,21 @@ impl From<crate::engine::Answered> for Reply {
     }
 }
 
+/// `[envelope, ...]`, spliced from the engine's encoded envelopes (no re-encoding); the
+/// HTTP binding's job lists use it too.
+pub fn envelopes(views: &[JobView]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + views.iter().map(|j| j.json().len() + 1).sum::<usize>());
+    out.push(b'[');
+    for (i, j) in views.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(j.json());
+    }
+    out.push(b']');
+    out
+}
+
 /// The JSON document the OJS TCP dialect sends for an engine answer; `None` for `Ok` and
 /// `Nothing`, which carry no document. (The engine answers typed values; this is the one
 /// place that renders them for the OJS port.)
@@ -51,19 +66,7 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
     match answer {
         Answer::Ok | Answer::Nothing => None,
         Answer::Job(j) => Some(j.json().clone()),
-        Answer::Jobs(js) => {
-            let len = js.iter().map(|j| j.json().len() + 1).sum::<usize>() + 2;
-            let mut buf = Vec::with_capacity(len);
-            buf.push(b'[');
-            for (i, j) in js.iter().enumerate() {
-                if i > 0 {
-                    buf.push(b',');
-                }
-                buf.extend_from_slice(j.json());
-            }
-            buf.push(b']');
-            Some(Bytes::from(buf))
-        }
+        Answer::Jobs(js) => Some(Bytes::from(envelopes(js))),
         Answer::Directive(d) => ser(&serde_json::json!({"state": directive_name(Some(*d))})),
         Answer::Info(v) => ser(v),
         Answer::Queues(v) => ser(v),
@@ -103,7 +106,7 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::api::{DeadPage, JobView};
+    use crate::engine::api::DeadPage;
 
     #[test]
     fn jobs_render_as_an_array_of_the_stored_envelopes() {

@@ -60,16 +60,8 @@ pub fn list_query(obj: &serde_json::Map<String, Value>) -> OjsResult<WorkflowCmd
             ))
         }
     };
-    let num = |k: &str, default: usize, max: usize| -> OjsResult<usize> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(max))
-                .ok_or_else(|| {
-                    malformed(format!("WORKFLOW LIST: {k} must be a non-negative integer"))
-                }),
-        }
+    let num = |k: &str, default: usize, max: usize| {
+        super::admin::page_num("WORKFLOW LIST", obj, k, default, max)
     };
     Ok(WorkflowCmd::List {
         state,
