@@ -250,11 +250,19 @@ fn unknown_env_vars(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
         "OJSD_FUZZ_SECS",
         "OJSD_LAZYFS_PYTHON",
     ];
-    let known: Vec<String> = cmd
-        .get_arguments()
-        .filter_map(|a| a.get_env())
-        .map(|e| e.to_string_lossy().into_owned())
-        .collect();
+    // The admin subcommands read variables of their own (`OJSD_ADDR`).
+    fn envs(cmd: &clap::Command, out: &mut Vec<String>) {
+        out.extend(
+            cmd.get_arguments()
+                .filter_map(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned()),
+        );
+        for sub in cmd.get_subcommands() {
+            envs(sub, out);
+        }
+    }
+    let mut known = Vec::new();
+    envs(cmd, &mut known);
     let mut out = Vec::new();
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
