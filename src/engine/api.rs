@@ -37,6 +37,7 @@ pub enum Answer {
     Queues(QueueList),
     QueueStats(Box<QueueStats>),
     Purged(Purged),
+    History(History),
     Workers(WorkerList),
     JobPage(JobPage),
     Overview(Box<Overview>),
@@ -333,6 +334,25 @@ pub struct OverviewPoint {
     /// Jobs available and active across all queues, as last sampled in the bucket.
     pub available: u64,
     pub active: u64,
+}
+
+/// Throughput over time (ojs-admin-api §10.2), oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct History {
+    pub period_ms: i64,
+    pub points: Vec<HistoryPoint>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HistoryPoint {
+    /// Start of the period, unix ms.
+    pub at_ms: i64,
+    /// Jobs completed.
+    pub processed: u64,
+    /// Failed attempts.
+    pub failed: u64,
+    /// Jobs accepted.
+    pub enqueued: u64,
 }
 
 /// From `enqueued_at` to FETCH, over the pickups of the last minute (up to 4,096).

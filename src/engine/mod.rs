@@ -830,6 +830,11 @@ impl Engine {
             Command::Workers => Ok(answer_of(self.worker_list())),
             Command::Jobs(q) => self.jobs_page(txn, &q).map(answer_of),
             Command::Overview => Ok(answer_of(self.overview())),
+            Command::StatsHistory {
+                period_ms,
+                since_ms,
+                until_ms,
+            } => Ok(answer_of(self.stats_history(period_ms, since_ms, until_ms))),
             Command::Cron(c) => self.cron_cmd(txn, c),
             Command::Workflow(w) => self.workflow_cmd(txn, w),
             Command::Dead(d) => self.dead_cmd(txn, d),

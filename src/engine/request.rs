@@ -87,6 +87,13 @@ pub enum Command {
     Jobs(JobsQuery),
     /// `OVERVIEW`: the last minutes of throughput, queue depth and pickup latency.
     Overview,
+    /// `STATS HISTORY`: completed, failed and enqueued per period (ms), from the engine's
+    /// minute and hour rings (ojs-admin-api §10.2); the last hour by default.
+    StatsHistory {
+        period_ms: i64,
+        since_ms: Option<i64>,
+        until_ms: Option<i64>,
+    },
     /// A worker's progress report on a job it holds.
     Progress {
         id: String,

@@ -408,3 +408,71 @@ pub(super) async fn overview(State(st): State<AppState>) -> Res {
         other => Err(ApiError::unexpected(&other)),
     }
 }
+
+/// `GET /ojs/v1/admin/stats` (ojs-admin-api §10.1): queues, workers, jobs by state, the
+/// last minute's throughput and the uptime, from INFO and OVERVIEW.
+pub(super) async fn stats(State(st): State<AppState>) -> Res {
+    let Answer::Info(info) = call(&st, Command::Info).await? else {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "BACKEND_ERROR",
+            "INFO gave no document",
+        ));
+    };
+    let overview = match call(&st, Command::Overview).await? {
+        Answer::Overview(v) => v,
+        other => return Err(ApiError::unexpected(&other)),
+    };
+    let mut jobs = Map::new();
+    for state in crate::job::State::ALL {
+        let n: usize = info.queues.0.iter().map(|q| q.counts.get(state)).sum();
+        jobs.insert(state.as_str().into(), json!(n));
+    }
+    // The last 60 s of completed buckets (the newest is still filling).
+    let minute_ms = 60_000 / overview.bucket_ms.max(1);
+    let recent = overview
+        .points
+        .iter()
+        .rev()
+        .skip(1)
+        .take(usize::try_from(minute_ms).unwrap_or(12));
+    let (done, failed) = recent.fold((0u64, 0u64), |(d, f), p| {
+        (d + u64::from(p.completed), f + u64::from(p.failed))
+    });
+    Ok(ok_json(&json!({
+        "queues": info.queues.0.len(),
+        "workers": info.workers.len(),
+        "jobs": jobs,
+        "throughput": {"processed_per_minute": done, "failed_per_minute": failed},
+        "uptime_seconds": info.server.uptime_s,
+    })))
+}
+
+/// `GET /ojs/v1/admin/stats/history?period=&since=&until=` (ojs-admin-api §10.2).
+pub(super) async fn stats_history(
+    State(st): State<AppState>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Res {
+    let obj: Map<String, Value> = query_pairs(q)?
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let cmd = parse::stats_history(&obj)?;
+    let period = obj.get("period").and_then(Value::as_str).unwrap_or("5m");
+    match call(&st, cmd).await? {
+        Answer::History(h) => {
+            let data: Vec<Value> = h
+                .points
+                .iter()
+                .map(|p| {
+                    let at =
+                        chrono::DateTime::from_timestamp_millis(p.at_ms).map(crate::job::format_ts);
+                    json!({"timestamp": at, "processed": p.processed, "failed": p.failed,
+                        "enqueued": p.enqueued})
+                })
+                .collect();
+            Ok(ok_json(&json!({"period": period, "data": data})))
+        }
+        other => Err(ApiError::unexpected(&other)),
+    }
+}

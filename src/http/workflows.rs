@@ -92,8 +92,27 @@ pub async fn list(
         .map(|Query(p)| p)
         .map_err(|e| ApiError::bad_request(e.body_text()))?;
     let mut filter = Map::new();
+    // The admin API's `page` (from 1) and `per_page` (ojs-admin-api §4) as well as
+    // `limit`/`offset`; what the admin UI sends.
+    let (mut page, mut per_page) = (None, None);
     for (k, v) in pairs {
         let value = match k.as_str() {
+            "page" | "per_page" => {
+                let n = v
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("{k} must be a positive integer"))
+                    })?;
+                if k == "page" {
+                    page = Some(n);
+                } else {
+                    per_page = Some(n);
+                }
+                continue;
+            }
             "limit" | "offset" => match v.trim().parse::<u64>() {
                 Ok(n) => Value::from(n),
                 Err(_) => {
@@ -105,6 +124,16 @@ pub async fn list(
             _ => Value::String(v),
         };
         filter.insert(k, value);
+    }
+    if page.is_some() || per_page.is_some() {
+        let per_page = per_page.unwrap_or(50);
+        filter
+            .entry("limit")
+            .or_insert_with(|| Value::from(per_page));
+        let offset = (page.unwrap_or(1) - 1).saturating_mul(per_page);
+        filter
+            .entry("offset")
+            .or_insert_with(|| Value::from(offset));
     }
     let cmd = crate::protocol::workflow::list_query(&filter)?;
     match st.engine.call(None, Command::Workflow(cmd)).await? {

@@ -326,6 +326,53 @@ impl QueueLimit {
     }
 }
 
+/// `STATS HISTORY {"period"?, "since"?, "until"?}` (ojs-admin-api §10.2): `period` one of
+/// `1m`, `5m` (the default), `1h`, `1d`; `since` and `until` RFC 3339 (the last hour by
+/// default). A `queue` filter is refused: the history is kept for all queues together.
+pub fn parse_stats(payload: &str) -> OjsResult<super::Command> {
+    let (sub, rest) = split_verb(payload);
+    if !sub.eq_ignore_ascii_case("HISTORY") {
+        return Err(malformed("STATS takes HISTORY"));
+    }
+    let obj = if rest.trim().is_empty() {
+        Map::new()
+    } else {
+        object("STATS HISTORY", rest)?
+    };
+    stats_history(&obj)
+}
+
+/// The request of `STATS HISTORY` and `GET /ojs/v1/admin/stats/history` from its fields.
+pub fn stats_history(obj: &Map<String, Value>) -> OjsResult<super::Command> {
+    let verb = "STATS HISTORY";
+    if obj.get("queue").is_some_and(|q| !q.is_null()) {
+        return Err(OjsError::new(
+            ErrorCode::InvalidPayload,
+            "STATS HISTORY: a queue filter is not supported; the history covers every queue \
+             (per-queue figures: QUEUE STATS)",
+        ));
+    }
+    only_keys(verb, obj, &["period", "since", "until"])?;
+    let period_ms = match text(verb, obj, "period")?.as_deref() {
+        None | Some("5m") => 300_000,
+        Some("1m") => 60_000,
+        Some("1h") => 3_600_000,
+        Some("1d") => 86_400_000,
+        Some(other) => {
+            return Err(malformed(format!(
+                "{verb}: period {other:?} is not one of 1m, 5m, 1h, 1d"
+            )))
+        }
+    };
+    let since = time(verb, obj, "since")?;
+    let until = time(verb, obj, "until")?;
+    Ok(super::Command::StatsHistory {
+        period_ms,
+        since_ms: since.map(|t| t.timestamp_millis()),
+        until_ms: until.map(|t| t.timestamp_millis()),
+    })
+}
+
 pub fn parse_jobs(payload: &str) -> OjsResult<JobsQuery> {
     let obj = if payload.trim().is_empty() {
         Map::new()

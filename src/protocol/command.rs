@@ -75,6 +75,7 @@ impl Command {
             Command::Workers => "WORKERS",
             Command::Jobs(_) => "JOBS",
             Command::Overview => "OVERVIEW",
+            Command::StatsHistory { .. } => "STATS HISTORY",
             Command::Progress { .. } => "PROGRESS",
             Command::Subscribe { .. } => "SUBSCRIBE",
             Command::ClockAdvance { .. } => "CLOCK ADVANCE",
@@ -118,9 +119,11 @@ pub fn required_role(cmd: &Command) -> Need {
         | Command::Beat { .. }
         | Command::Progress { .. } => Need::Worker,
         // Reading what is not one's own: lists, every payload, events.
-        Command::Workers | Command::Jobs(_) | Command::Overview | Command::Subscribe { .. } => {
-            Need::Observer
-        }
+        Command::Workers
+        | Command::Jobs(_)
+        | Command::Overview
+        | Command::StatsHistory { .. }
+        | Command::Subscribe { .. } => Need::Observer,
         Command::Queue(QueueCmd::List | QueueCmd::Stats(_) | QueueCmd::Latency(_)) => {
             Need::Observer
         }
@@ -435,6 +438,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
         "WORKERS" if payload.is_empty() => Ok(Command::Workers),
         "JOBS" => super::admin::parse_jobs(payload).map(Command::Jobs),
         "OVERVIEW" if payload.is_empty() => Ok(Command::Overview),
+        "STATS" => super::admin::parse_stats(payload),
         "OVERVIEW" => Err(malformed("OVERVIEW takes no arguments")),
         "WORKERS" => Err(malformed("WORKERS takes no arguments")),
         "WORKER" if payload.eq_ignore_ascii_case("LIST") => Ok(Command::Workers),

@@ -72,6 +72,7 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
         Answer::Queues(v) => ser(v),
         Answer::QueueStats(v) => ser(v),
         Answer::Purged(v) => ser(v),
+        Answer::History(v) => ser(v),
         Answer::Workers(v) => ser(v),
         Answer::JobPage(v) => ser(v),
         Answer::Overview(v) => ser(v),

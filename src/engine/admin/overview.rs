@@ -31,21 +31,29 @@ struct Slot {
     active: u64,
 }
 
-#[derive(Debug, Default)]
-pub(in crate::engine) struct Overview {
+/// Counters in fixed-width time buckets, a ring of `len` of them (allocated on first use).
+#[derive(Debug)]
+struct Ring {
+    bucket_ms: i64,
+    len: usize,
     slots: Vec<Slot>,
-    /// (engine ms, wait ms) of the most recent pickups, a ring.
-    waits: Vec<(i64, u32)>,
-    next_wait: usize,
 }
 
-impl Overview {
+impl Ring {
+    const fn new(bucket_ms: i64, len: usize) -> Ring {
+        Ring {
+            bucket_ms,
+            len,
+            slots: Vec::new(),
+        }
+    }
+
     fn slot(&mut self, now_ms: i64) -> &mut Slot {
         if self.slots.is_empty() {
-            self.slots = vec![Slot::default(); BUCKETS];
+            self.slots = vec![Slot::default(); self.len];
         }
-        let bucket = now_ms.div_euclid(BUCKET_MS);
-        let slot = &mut self.slots[bucket.rem_euclid(BUCKETS as i64) as usize];
+        let bucket = now_ms.div_euclid(self.bucket_ms);
+        let slot = &mut self.slots[bucket.rem_euclid(self.len as i64) as usize];
         if slot.bucket != bucket {
             *slot = Slot {
                 bucket,
@@ -55,10 +63,93 @@ impl Overview {
         slot
     }
 
+    /// The bucket `b` if the ring still holds it.
+    fn get(&self, b: i64) -> Option<Slot> {
+        self.slots
+            .get(b.rem_euclid(self.len as i64) as usize)
+            .filter(|s| s.bucket == b)
+            .copied()
+    }
+}
+
+/// The history rings of `GET /ojs/v1/admin/stats/history` (ojs-admin-api §10.2): a day of
+/// minutes and 30 days of hours, as that document asks implementations to keep.
+const MINUTES: usize = 24 * 60;
+const HOURS: usize = 30 * 24;
+
+#[derive(Debug)]
+pub(in crate::engine) struct Overview {
+    five: Ring,
+    minutes: Ring,
+    hours: Ring,
+    /// (engine ms, wait ms) of the most recent pickups, a ring.
+    waits: Vec<(i64, u32)>,
+    next_wait: usize,
+}
+
+impl Default for Overview {
+    fn default() -> Self {
+        Overview {
+            five: Ring::new(BUCKET_MS, BUCKETS),
+            minutes: Ring::new(60_000, MINUTES),
+            hours: Ring::new(3_600_000, HOURS),
+            waits: Vec::new(),
+            next_wait: 0,
+        }
+    }
+}
+
+impl Overview {
+    /// Count into the bucket of `now_ms` of every ring.
+    fn count(&mut self, now_ms: i64, f: impl Fn(&mut Slot)) {
+        f(self.five.slot(now_ms));
+        f(self.minutes.slot(now_ms));
+        f(self.hours.slot(now_ms));
+    }
+
     /// A job was accepted (PUSH, a workflow step, a cron fire), whatever its first state.
     pub fn pushed(&mut self, now_ms: i64) {
-        let s = self.slot(now_ms);
-        s.enqueued = s.enqueued.saturating_add(1);
+        self.count(now_ms, |s| s.enqueued = s.enqueued.saturating_add(1));
+    }
+
+    /// Completed, failed and enqueued per `period_ms` from `since_ms` to `until_ms`, from
+    /// the minute ring (periods under an hour) or the hour ring; buckets the ring no longer
+    /// holds are left out.
+    pub fn history(&self, period_ms: i64, since_ms: i64, until_ms: i64) -> Vec<api::HistoryPoint> {
+        let ring = if period_ms < 3_600_000 {
+            &self.minutes
+        } else {
+            &self.hours
+        };
+        let period_ms = period_ms.max(ring.bucket_ms);
+        let mut out: Vec<api::HistoryPoint> = Vec::new();
+        let (first, last) = (
+            since_ms.div_euclid(ring.bucket_ms),
+            until_ms.div_euclid(ring.bucket_ms),
+        );
+        // At most the ring's length of buckets is looked at, whatever the range asked.
+        let first = first.max(last.saturating_sub(ring.len as i64 - 1));
+        for b in first..=last {
+            let Some(s) = ring.get(b) else {
+                continue;
+            };
+            let at = b.saturating_mul(ring.bucket_ms);
+            let start = at.div_euclid(period_ms).saturating_mul(period_ms);
+            match out.last_mut() {
+                Some(p) if p.at_ms == start => {
+                    p.processed += u64::from(s.completed);
+                    p.failed += u64::from(s.failed);
+                    p.enqueued += u64::from(s.enqueued);
+                }
+                _ => out.push(api::HistoryPoint {
+                    at_ms: start,
+                    processed: u64::from(s.completed),
+                    failed: u64::from(s.failed),
+                    enqueued: u64::from(s.enqueued),
+                }),
+            }
+        }
+        out
     }
 
     /// A transition the metrics see. `Enqueued` is not counted here: a job counts once,
@@ -76,19 +167,17 @@ impl Overview {
                 self.next_wait = (self.next_wait + 1) % WAITS;
             }
             Observe::Completed { .. } => {
-                let s = self.slot(now_ms);
-                s.completed = s.completed.saturating_add(1);
+                self.count(now_ms, |s| s.completed = s.completed.saturating_add(1));
             }
             Observe::Failed { .. } => {
-                let s = self.slot(now_ms);
-                s.failed = s.failed.saturating_add(1);
+                self.count(now_ms, |s| s.failed = s.failed.saturating_add(1));
             }
         }
     }
 
     /// The depth now (the latest sample of a bucket is what it shows).
     pub fn sample(&mut self, now_ms: i64, available: u64, active: u64) {
-        let s = self.slot(now_ms);
+        let s = self.five.slot(now_ms);
         s.available = available;
         s.active = active;
     }
@@ -98,12 +187,7 @@ impl Overview {
         let mut points = Vec::with_capacity(BUCKETS);
         for i in (0..BUCKETS as i64).rev() {
             let b = now - i;
-            let s = self
-                .slots
-                .get(b.rem_euclid(BUCKETS as i64) as usize)
-                .filter(|s| s.bucket == b)
-                .copied()
-                .unwrap_or_default();
+            let s = self.five.get(b).unwrap_or_default();
             points.push(api::OverviewPoint {
                 at_ms: b.saturating_mul(BUCKET_MS),
                 enqueued: s.enqueued,
@@ -154,6 +238,21 @@ impl Engine {
 
     pub(in crate::engine) fn overview(&self) -> Answer {
         Answer::Overview(Box::new(self.overview.view(self.now_ms())))
+    }
+
+    /// STATS HISTORY (ojs-admin-api §10.2): the last hour by default.
+    pub(in crate::engine) fn stats_history(
+        &self,
+        period_ms: i64,
+        since_ms: Option<i64>,
+        until_ms: Option<i64>,
+    ) -> Answer {
+        let until = until_ms.unwrap_or_else(|| self.now_ms());
+        let since = since_ms.unwrap_or_else(|| until.saturating_sub(3_600_000));
+        Answer::History(api::History {
+            period_ms,
+            points: self.overview.history(period_ms.max(1), since, until),
+        })
     }
 
     /// JOBS: matching jobs from the index, newest first (ids are UUIDv7, so by creation),
