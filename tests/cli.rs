@@ -252,3 +252,11 @@ fn a_server_that_is_down_or_a_wrong_password_is_one_clear_line() {
     let r = ojsd(&srv, &["queues", "--password", "s3cret"]);
     assert_eq!(r.code, 0, "{}", r.err);
 }
+
+#[test]
+fn a_bad_push_time_is_refused_by_the_flag_not_the_server() {
+    // No server is needed: the flag itself is refused, exit 2, naming it.
+    let r = run_at("127.0.0.1:1", &["push", "--at", "tomorrow", "t.x"]);
+    assert_eq!(r.code, 2, "{}{}", r.out, r.err);
+    assert!(r.err.contains("--at"), "{}", r.err);
+}

@@ -92,8 +92,8 @@ pub struct Push {
     pub queue: Option<String>,
     #[arg(long)]
     pub priority: Option<i64>,
-    /// When the job becomes available (RFC 3339 with a zone).
-    #[arg(long)]
+    /// When the job becomes available (RFC 3339 with a zone, e.g. 2026-12-01T09:00:00Z).
+    #[arg(long, value_parser = rfc3339)]
     pub at: Option<String>,
     /// `meta` as a JSON object.
     #[arg(long)]
@@ -238,4 +238,13 @@ pub struct Tail {
     pub count: Option<u64>,
     #[command(flatten)]
     pub conn: Conn,
+}
+
+/// `--at`: refused by clap (exit 2, naming the flag) unless it is a timestamp the server
+/// takes, rather than sent and refused by the server as an envelope field.
+fn rfc3339(s: &str) -> Result<String, String> {
+    match crate::job::parse_ts(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err("must be an RFC 3339 timestamp with a zone, e.g. 2026-12-01T09:00:00Z".into()),
+    }
 }
