@@ -260,3 +260,17 @@ fn a_bad_push_time_is_refused_by_the_flag_not_the_server() {
     assert_eq!(r.code, 2, "{}{}", r.out, r.err);
     assert!(r.err.contains("--at"), "{}", r.err);
 }
+
+#[test]
+fn stats_counts_in_words_a_person_reads() {
+    let srv = Server::start();
+    let _w = srv.worker("only-one");
+    let out = ok(&srv, &["stats"]);
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.contains(" connections, ") || first.contains(" 1 connection, "),
+        "{out}"
+    );
+    assert!(!first.contains(" 1 connections"), "{out}");
+    assert_eq!(out.lines().last(), Some("1 worker"), "{out}");
+}

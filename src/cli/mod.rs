@@ -697,11 +697,11 @@ fn stats(conn: &Conn) -> Res {
     let sv = &v["server"];
     let tot = &v["totals"];
     println!(
-        "ojsd {} on {} store, up {}s, {} connections, {} on disk",
+        "ojsd {} on {} store, up {}s, {}, {} on disk",
         s(&sv["version"]),
         s(&sv["store"]),
         s(&sv["uptime_s"]),
-        s(&sv["connections"]),
+        counted(sv["connections"].as_u64().unwrap_or(0), "connection"),
         human_bytes(sv["store_bytes"].as_u64().unwrap_or(0))
     );
     println!(
@@ -734,8 +734,18 @@ fn stats(conn: &Conn) -> Res {
         }
     }
     t.print();
-    println!("{} workers", v["workers"].as_array().map_or(0, |w| w.len()));
+    let workers = v["workers"].as_array().map_or(0, |w| w.len());
+    println!("{}", counted(workers as u64, "worker"));
     Ok(())
+}
+
+/// "1 worker", "2 workers".
+fn counted(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 fn human_bytes(n: u64) -> String {
