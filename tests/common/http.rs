@@ -159,28 +159,20 @@ pub fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -
 
 /// A request with a JSON body, read to the end (an empty body sends `Content-Length: 0`).
 pub fn send(addr: &str, method: &str, path: &str, body: &str) -> Response {
-    let mut headers = vec![("Content-Type", "application/json")];
-    if body.is_empty() {
-        headers.push(("Content-Length", "0"));
-    }
-    let (status, headers, mut reader) =
-        open_with_body(addr, method, path, &headers, body.as_bytes());
-    let mut buf = Vec::new();
-    reader.read_to_end(&mut buf).expect("read body");
-    Response {
-        status,
-        headers,
-        body: buf,
-    }
+    send_with(addr, None, method, path, body)
 }
 
 /// `send` with `Authorization: Bearer <token>`.
 pub fn send_as(addr: &str, token: &str, method: &str, path: &str, body: &str) -> Response {
-    let auth = format!("Bearer {token}");
-    let mut headers = vec![
-        ("Content-Type", "application/json"),
-        ("Authorization", auth.as_str()),
-    ];
+    send_with(addr, Some(token), method, path, body)
+}
+
+fn send_with(addr: &str, token: Option<&str>, method: &str, path: &str, body: &str) -> Response {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(a) = &auth {
+        headers.push(("Authorization", a.as_str()));
+    }
     if body.is_empty() {
         headers.push(("Content-Length", "0"));
     }
