@@ -18,3 +18,6 @@ pub mod store;
 pub mod time;
 pub mod tls;
 pub mod workflow;
+
+#[cfg(test)]
+mod engine_extremes_tests;

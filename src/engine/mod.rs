@@ -998,8 +998,6 @@ fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>) -> Out {
 pub(crate) fn connections_open(c: &AtomicUsize) -> usize {
     c.load(Ordering::Relaxed)
 }
-#[cfg(test)]
-mod extremes_tests;
 
 #[cfg(test)]
 mod queue_tests {

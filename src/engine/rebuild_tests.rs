@@ -1,9 +1,10 @@
 //! Tests of the rebuild at start (`rebuild.rs`).
 
 use super::*;
+use crate::engine::request::Command;
+use crate::engine::Answer;
 use crate::job::parts::Parts;
 use crate::job::Job;
-use crate::protocol::{parse_command, Reply};
 use crate::store::{Batch, StoreKind};
 use serde_json::{json, Value};
 
@@ -140,15 +141,28 @@ fn both_record_versions_give_the_same_index_fields() {
     }
 }
 
-fn call(handle: &super::super::EngineHandle, line: &str) -> Option<Value> {
-    let cmd = parse_command(line.as_bytes()).unwrap();
+/// A typed request to the engine; the job or document it answers, as JSON.
+fn call(handle: &super::super::EngineHandle, cmd: Command) -> Option<Value> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    match Reply::from(rt.block_on(handle.call(None, cmd))) {
-        Reply::Bulk(b) => Some(serde_json::from_slice(&b).unwrap()),
-        Reply::Null | Reply::Ok => None,
-        other => panic!("{line}: {other:?}"),
+    match rt.block_on(handle.call(None, cmd.clone())) {
+        Ok(Answer::Job(j)) => Some(serde_json::from_slice(j.json()).unwrap()),
+        Ok(Answer::Info(i)) => Some(serde_json::to_value(&i).unwrap()),
+        Ok(Answer::Nothing | Answer::Ok) => None,
+        other => panic!("{cmd:?}: {other:?}"),
+    }
+}
+
+fn job_cmd(id: &str) -> Command {
+    Command::Job { id: id.to_string() }
+}
+
+fn fetch_cmd(queue: &str) -> Command {
+    Command::Fetch {
+        queues: vec![queue.to_string()],
+        count: None,
+        wait: None,
     }
 }
 
@@ -201,7 +215,7 @@ fn start_reads_old_and_new_records_and_skips_bad_ones_in(kind: StoreKind) {
         ..Default::default()
     };
     let (handle, thread) = super::super::start(store, cfg).unwrap();
-    let info = call(&handle, "INFO").unwrap();
+    let info = call(&handle, Command::Info).unwrap();
     assert_eq!(info["totals"]["jobs"], jobs.len());
     assert_eq!(info["totals"]["dead"], 1);
     assert_eq!(info["totals"]["unique_keys"], 1);
@@ -211,7 +225,7 @@ fn start_reads_old_and_new_records_and_skips_bad_ones_in(kind: StoreKind) {
     assert_eq!((count("c", "retryable"), count("d", "completed")), (1, 1));
     assert_eq!((count("d", "cancelled"), count("e", "discarded")), (1, 1));
     for j in jobs.iter().filter(|j| j.state != State::Active) {
-        let got = call(&handle, &format!("JOB {}", j.id)).unwrap();
+        let got = call(&handle, job_cmd(&j.id)).unwrap();
         assert_eq!(
             got,
             serde_json::to_value(j).unwrap(),
@@ -220,30 +234,41 @@ fn start_reads_old_and_new_records_and_skips_bad_ones_in(kind: StoreKind) {
         );
     }
     // Priority first.
-    let fetched = call(&handle, "FETCH a").unwrap();
+    let fetched = call(&handle, fetch_cmd("a")).unwrap();
     assert_eq!(fetched["id"], jobs[0].id.as_str());
-    let fetched = call(&handle, "FETCH c").unwrap();
+    let fetched = call(&handle, fetch_cmd("c")).unwrap();
     assert_eq!(
         fetched["id"],
         jobs[4].id.as_str(),
         "the interrupted job is requeued"
     );
-    assert_eq!(call(&handle, "FETCH b"), None);
+    assert_eq!(call(&handle, fetch_cmd("b")), None);
     // Old records change like new ones: the ACKed v1 and v2 jobs are lean now.
     assert_eq!(
         call(
             &handle,
-            &format!(r#"ACK {{"id":"{}","result":[1.5]}}"#, jobs[0].id)
+            Command::Ack {
+                id: jobs[0].id.clone(),
+                result: Some(json!([1.5])),
+                handed_out: false,
+            }
         ),
         None
     );
     assert_eq!(
-        call(&handle, &format!(r#"ACK {{"id":"{}"}}"#, jobs[4].id)),
+        call(
+            &handle,
+            Command::Ack {
+                id: jobs[4].id.clone(),
+                result: None,
+                handed_out: false,
+            },
+        ),
         None
     );
     let acked: Vec<Value> = [&jobs[0], &jobs[4]]
         .iter()
-        .map(|j| call(&handle, &format!("JOB {}", j.id)).unwrap())
+        .map(|j| call(&handle, job_cmd(&j.id)).unwrap())
         .collect();
     assert_eq!(acked[0]["state"], "completed");
     assert_eq!(acked[0]["args"], json!([1]));
@@ -263,7 +288,7 @@ fn start_reads_old_and_new_records_and_skips_bad_ones_in(kind: StoreKind) {
     }
     let (handle, thread) = super::super::start(store, Default::default()).unwrap();
     for (j, before) in [&jobs[0], &jobs[4]].iter().zip(&acked) {
-        assert_eq!(&call(&handle, &format!("JOB {}", j.id)).unwrap(), before);
+        assert_eq!(&call(&handle, job_cmd(&j.id)).unwrap(), before);
     }
     handle.shutdown();
     thread.join().unwrap().unwrap();
@@ -333,15 +358,21 @@ fn start_indexes_many_records_over_several_scanners_in(kind: StoreKind) {
     }
     store.commit(batch).unwrap();
     let (handle, thread) = super::super::start(store, Default::default()).unwrap();
-    let info = call(&handle, "INFO").unwrap();
+    let info = call(&handle, Command::Info).unwrap();
     assert_eq!(info["totals"]["jobs"], total);
     for (i, q) in queues.iter().enumerate() {
         let expected = (0..total).filter(|n| n % queues.len() == i).count();
         assert_eq!(info["queues"][q]["available"], expected, "{q}");
     }
     // FIFO across the scanners' parts: the lowest seq first.
-    assert_eq!(call(&handle, "FETCH q3").unwrap()["id"], ids[3].as_str());
-    assert_eq!(call(&handle, "FETCH q3").unwrap()["id"], ids[10].as_str());
+    assert_eq!(
+        call(&handle, fetch_cmd("q3")).unwrap()["id"],
+        ids[3].as_str()
+    );
+    assert_eq!(
+        call(&handle, fetch_cmd("q3")).unwrap()["id"],
+        ids[10].as_str()
+    );
     handle.shutdown();
     thread.join().unwrap().unwrap();
 }

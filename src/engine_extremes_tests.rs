@@ -1,10 +1,11 @@
-//! Property test: extreme durations and timestamps through every engine path that adds
+//! Property test, driven through the TCP parser as a client would (so it lives beside the
+//! engine, not in it): extreme durations and timestamps through every engine path that adds
 //! them (retry backoff at FAIL, visibility timeouts at FETCH and BEAT, scheduled and
 //! expiring jobs, unique periods, workflow and cron job options, a clock moved to either
 //! end of its range). Whatever the input, the engine thread must stay up, every PUSH is
 //! either stored or refused with an error, and every stored job reads back.
 
-use super::{start, Config, EngineHandle};
+use crate::engine::{start, Config, EngineHandle};
 use crate::protocol::{parse_command, Reply};
 use crate::store::StoreKind;
 use proptest::prelude::*;
