@@ -8,7 +8,8 @@
 use super::schedule::{Schedule, ScheduleError};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::format_ts;
-use crate::job::validate::{parse_new_job, Limits};
+use crate::job::template::Template;
+use crate::job::validate::{Limits, NewJob};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 
@@ -71,6 +72,8 @@ pub struct CronDef {
     pub overlap: Overlap,
     pub enabled: bool,
     pub description: Option<String>,
+    /// The job every occurrence enqueues, validated once at registration.
+    pub template: Template,
 }
 
 /// `[a-z0-9][a-z0-9\-\.]*`, at most 255 characters (ojs-cron §2.2).
@@ -232,6 +235,10 @@ impl CronDef {
             Some(_) => return Err(payload("description must be a string")),
             None => None,
         };
+        let envelope = envelope(&name, &job_type, &args, &options, meta.as_ref(), now, false);
+        // The job every occurrence will push must pass PUSH's validation.
+        let template =
+            Template::parse(envelope, now, limits).map_err(|e| e.context("job template"))?;
         let def = CronDef {
             name,
             cron,
@@ -243,39 +250,41 @@ impl CronDef {
             overlap,
             enabled,
             description,
+            template,
         };
-        // The job every occurrence will push must pass PUSH's validation.
-        let sample = def.job(now, false);
-        let len = serde_json::to_vec(&sample).map_or(usize::MAX, |b| b.len());
-        parse_new_job(sample, len, now, limits).map_err(|e| e.context("job template"))?;
         Ok((def, schedule))
+    }
+
+    /// The job of the occurrence scheduled at `scheduled`, made from the template, and its
+    /// encoded size.
+    pub fn instance(
+        &self,
+        scheduled: DateTime<Utc>,
+        pending: bool,
+        now: DateTime<Utc>,
+    ) -> (NewJob, usize) {
+        let mut new = self.template.instantiate(now);
+        // Same length as the registration's sample: timestamps have a fixed format.
+        new.job
+            .meta
+            .insert("cron_triggered_at".into(), json!(format_ts(scheduled)));
+        new.pending = pending;
+        let len = self.template.len() + if pending { 16 } else { 0 };
+        (new, len)
     }
 
     /// The job an occurrence scheduled at `scheduled` enqueues: the options as envelope
     /// attributes, `meta` with `cron_name` and `cron_triggered_at` (§6.3).
     pub fn job(&self, scheduled: DateTime<Utc>, pending: bool) -> Value {
-        let mut job = Map::new();
-        job.insert("type".into(), json!(self.job_type));
-        job.insert("args".into(), Value::Array(self.args.clone()));
-        let mut meta = Map::new();
-        for (k, v) in &self.options {
-            match (k.as_str(), v) {
-                ("meta", Value::Object(m)) => meta.extend(m.clone()),
-                _ => {
-                    job.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        if let Some(m) = &self.meta {
-            meta.extend(m.clone());
-        }
-        meta.insert("cron_name".into(), json!(self.name));
-        meta.insert("cron_triggered_at".into(), json!(format_ts(scheduled)));
-        job.insert("meta".into(), Value::Object(meta));
-        if pending {
-            job.insert("pending".into(), json!(true));
-        }
-        Value::Object(job)
+        envelope(
+            &self.name,
+            &self.job_type,
+            &self.args,
+            &self.options,
+            self.meta.as_ref(),
+            scheduled,
+            pending,
+        )
     }
 
     /// The registration fields as clients see them (and as they are stored).
@@ -295,4 +304,39 @@ impl CronDef {
         m.insert("description".into(), json!(self.description));
         m
     }
+}
+
+/// The envelope of an occurrence: the options as envelope attributes, `meta` with
+/// `cron_name` and `cron_triggered_at` (§6.3).
+fn envelope(
+    name: &str,
+    job_type: &str,
+    args: &[Value],
+    options: &Map<String, Value>,
+    meta_over: Option<&Map<String, Value>>,
+    scheduled: DateTime<Utc>,
+    pending: bool,
+) -> Value {
+    let mut job = Map::new();
+    job.insert("type".into(), json!(job_type));
+    job.insert("args".into(), Value::Array(args.to_vec()));
+    let mut meta = Map::new();
+    for (k, v) in options {
+        match (k.as_str(), v) {
+            ("meta", Value::Object(m)) => meta.extend(m.clone()),
+            _ => {
+                job.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(m) = meta_over {
+        meta.extend(m.clone());
+    }
+    meta.insert("cron_name".into(), json!(name));
+    meta.insert("cron_triggered_at".into(), json!(format_ts(scheduled)));
+    job.insert("meta".into(), Value::Object(meta));
+    if pending {
+        job.insert("pending".into(), json!(true));
+    }
+    Value::Object(job)
 }

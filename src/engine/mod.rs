@@ -603,7 +603,10 @@ impl Engine {
             } => self
                 .fail(txn, wid.as_ref(), &id, error, handed_out, requeue)
                 .map(ok),
-            Command::Cancel { id } => self.cancel(txn, &id, wid.as_ref()).map(ok),
+            Command::Cancel { id } => self
+                .job_info(&id)
+                .and_then(|uid| self.cancel(txn, uid, wid.as_ref()))
+                .map(ok),
             Command::Activate { id } => self.activate(txn, &id).map(ok),
             Command::Job { id } => self.job_info(&id).map(Out::Job),
             Command::Beat {

@@ -8,6 +8,7 @@ pub mod options;
 pub mod parts;
 pub mod rate_limit;
 pub mod retry;
+pub mod template;
 pub mod unique;
 pub mod validate;
 

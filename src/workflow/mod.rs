@@ -10,8 +10,8 @@ mod parse;
 
 pub use parse::parse_definition;
 
+use crate::job::template::Template;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// Deepest nesting accepted, counting the top-level workflow as level 1 (§10.2 asks for at
 /// least 3). A chain of groups of chains is 3 levels.
@@ -90,13 +90,12 @@ impl Role {
     }
 }
 
-/// One job of a workflow, already validated: `envelope` is a flat OJS job (what PUSH takes,
-/// `options` folded in) and `len` its encoded size, checked against the envelope limit.
+/// One job of a workflow, already validated: `template` is the flat OJS job (what PUSH
+/// takes, `options` folded in), typed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobDef {
     pub job_type: String,
-    pub envelope: Value,
-    pub len: usize,
+    pub template: Box<Template>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,8 @@ use super::{
     is_valid_id, Def, Definition, Flow, JobDef, Kind, Problem, Role, MAX_DEPTH, MAX_JOBS,
     MAX_NAME_CHARS, MAX_PROBLEMS,
 };
-use crate::job::validate::{parse_new_job, Limits};
+use crate::job::template::Template;
+use crate::job::validate::Limits;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
@@ -435,12 +436,10 @@ impl Ctx<'_> {
         }
         // Run even after a problem above, to report the envelope's own first problem too.
         let envelope = Value::Object(env);
-        let len = serde_json::to_vec(&envelope).map_or(usize::MAX, |b| b.len());
-        match parse_new_job(envelope.clone(), len, self.now, self.limits) {
-            Ok(new) => ok.then(|| JobDef {
-                job_type: new.job.job_type,
-                envelope,
-                len,
+        match Template::parse(envelope, self.now, self.limits) {
+            Ok(template) => ok.then(|| JobDef {
+                job_type: template.job_type().to_owned(),
+                template: Box::new(template),
             }),
             Err(e) => {
                 let at = error_path(path, &e.message, &from_options);

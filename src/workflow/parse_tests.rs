@@ -55,7 +55,7 @@ fn spec_examples_parse_and_options_fold_into_the_envelope() {
     assert_eq!(def.root.kind, Kind::Chain);
     assert_eq!(def.root.id.as_deref(), Some("wf_019539a4-chain-example"));
     assert_eq!((def.job_count, def.callback_count), (4, 0));
-    let charge = &leaf(&def.root.children[1]).envelope;
+    let charge = &leaf(&def.root.children[1]).template.envelope();
     assert_eq!(charge["queue"], "payments");
     assert_eq!(charge["timeout"], 30);
     assert_eq!(charge["retry"]["initial_interval"], "PT2S");
@@ -73,7 +73,10 @@ fn spec_examples_parse_and_options_fold_into_the_envelope() {
     assert_eq!((def.job_count, def.callback_count), (1, 3));
     let roles: Vec<Role> = def.root.callbacks.iter().map(|c| c.0).collect();
     assert_eq!(roles, Role::ALL);
-    assert_eq!(def.root.callbacks[2].1.envelope["retry"]["max_attempts"], 5);
+    assert_eq!(
+        def.root.callbacks[2].1.template.envelope()["retry"]["max_attempts"],
+        5
+    );
 
     let composed = json!({"type": "chain", "name": "etl-with-fanout", "steps": [
         {"type": "data.extract", "args": [{"source": "api"}]},
@@ -275,10 +278,10 @@ fn option_conversions() {
         "retry": {"initial_interval_ms": 250, "max_interval_ms": 60000}}}]}),
     )
     .unwrap();
-    let env = &leaf(&def.root.children[0]).envelope;
+    let env = &leaf(&def.root.children[0]).template.envelope();
     assert_eq!(env["timeout"], 2);
     assert_eq!(env["scheduled_at"], "2030-01-01T00:00:00Z");
     assert_eq!(env["tags"], json!(["x"]));
-    assert_eq!(env["retry"]["initial_interval"], "PT0.250S");
-    assert_eq!(env["retry"]["max_interval"], "PT60S");
+    assert_eq!(env["retry"]["initial_interval"], "PT0.25S");
+    assert_eq!(env["retry"]["max_interval"], "PT1M");
 }

@@ -310,7 +310,7 @@ impl Engine {
             (Overlap::CancelPrevious, Some(_)) => {
                 for id in std::mem::take(&mut e.jobs) {
                     self.cron.by_job.remove(&id);
-                    if let Err(err) = self.cancel(txn, &id.to_string(), None) {
+                    if let Err(err) = self.cancel(txn, id, None) {
                         tracing::warn!(cron = %e.def.name, job = %id, error = %err, "could not cancel the previous run");
                     }
                 }
@@ -318,9 +318,8 @@ impl Engine {
             _ => {}
         }
         let pending = e.def.overlap == Overlap::Enqueue && !e.jobs.is_empty();
-        let job = e.def.job(scheduled, pending);
-        let len = serde_json::to_vec(&job).map_or(usize::MAX, |b| b.len());
-        match self.push(txn, job, len) {
+        let (job, len) = e.def.instance(scheduled, pending, self.now);
+        match self.push_typed(txn, job, len) {
             Ok(id) => {
                 // A `unique` template may answer with a job that already exists.
                 if !e.jobs.contains(&id) {

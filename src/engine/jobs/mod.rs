@@ -60,6 +60,12 @@ impl Prepared {
     pub fn new(value: Value, len: usize, limits: &Limits) -> OjsResult<Prepared> {
         // `created_at` is set again from the engine's clock when the job is inserted.
         let new = parse_new_job(value, len, Utc::now(), limits)?;
+        Prepared::typed(new, len)
+    }
+
+    /// A job the server built itself from a validated [`Template`](crate::job::template)
+    /// (a cron occurrence, a workflow step): no JSON on the way.
+    pub fn typed(new: NewJob, len: usize) -> OjsResult<Prepared> {
         let id = Uuid::parse_str(&new.job.id)
             .map_err(|_| OjsError::new(ErrorCode::InvalidPayload, "id must be a UUIDv7"))?;
         let parts = new.job.unique.is_none().then(|| Parts::of(&new.job));
@@ -651,10 +657,15 @@ impl Engine {
     pub(in crate::engine) fn cancel(
         &mut self,
         txn: &mut Txn,
-        id: &str,
+        uid: Uuid,
         actor: Option<&Arc<str>>,
     ) -> OjsResult<()> {
-        let (uid, state) = self.lookup(id)?;
+        let state = self
+            .index
+            .jobs
+            .get(&uid)
+            .ok_or_else(|| not_found(&uid.hyphenated().to_string()))?
+            .state;
         if state.is_terminal() {
             return Ok(()); // idempotent (ojs-core §7.6 rule 4)
         }

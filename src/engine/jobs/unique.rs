@@ -13,10 +13,10 @@ use crate::engine::jobs::Prepared;
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::template::check_len;
 use crate::job::unique::{OnConflict, UniqueKey, UniquePolicy};
 use crate::job::validate::NewJob;
 use crate::job::{Job, State};
-use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 
@@ -107,14 +107,15 @@ fn duplicate(holder: Uuid, state: State, key: &UniqueKey, why: &str) -> OjsError
 impl Engine {
     /// The id of the job that answers the PUSH: the new one, or the existing one when a
     /// `unique` policy with `on_conflict: ignore` met a duplicate.
-    pub(in crate::engine) fn push(
+    /// A job the server made from a template (cron, workflows), checked for size here.
+    pub(in crate::engine) fn push_typed(
         &mut self,
         txn: &mut Txn,
-        value: Value,
+        new: NewJob,
         len: usize,
     ) -> OjsResult<Uuid> {
-        let job = Prepared::new(value, len, &self.cfg.limits);
-        Ok(self.push_one(txn, job)?.id)
+        check_len(len, &self.cfg.limits)?;
+        Ok(self.push_one(txn, Prepared::typed(new, len))?.id)
     }
 
     /// PUSH: validate, check the uniqueness key, store.
@@ -273,7 +274,7 @@ impl Engine {
             }),
             Admit::Insert { cancel, key } => {
                 for old in cancel {
-                    self.cancel(txn, &old.to_string(), None)?;
+                    self.cancel(txn, old, None)?;
                 }
                 self.insert_new(txn, id, new);
                 if let Some(key) = key {

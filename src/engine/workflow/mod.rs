@@ -273,7 +273,10 @@ impl Engine {
         self.workflow_stored(txn, wf, false);
         // Each cancellation comes back through `settled`, which records it on its node.
         for (n, job) in jobs {
-            if self.cancel(txn, &job, None).is_err() {
+            let cancelled = self
+                .job_info(&job)
+                .and_then(|uid| self.cancel(txn, uid, None));
+            if cancelled.is_err() {
                 if let Ok(uid) = Uuid::parse_str(&job) {
                     self.workflows.by_job.remove(&uid);
                 }
@@ -302,17 +305,15 @@ impl Engine {
                     node,
                     parent_results,
                 } => {
-                    let pushed = match wf.envelope(node, parent_results) {
+                    let pushed = match wf.instance(node, parent_results) {
                         // A composed step can be deeper than any client document (which
                         // the command layer bounds); past this it could be stored but not
                         // read back, so the node fails instead.
-                        Some((env, _)) if crate::json::depth(&env) > MAX_STORED_DEPTH => {
-                            Err(OjsError::new(
-                                ErrorCode::InvalidPayload,
-                                format!("job is nested deeper than {MAX_STORED_DEPTH} levels"),
-                            ))
-                        }
-                        Some((env, len)) => self.push(txn, env, len),
+                        Some((_, _, depth)) if depth > MAX_STORED_DEPTH => Err(OjsError::new(
+                            ErrorCode::InvalidPayload,
+                            format!("job is nested deeper than {MAX_STORED_DEPTH} levels"),
+                        )),
+                        Some((new, len, _)) => self.push_typed(txn, new, len),
                         None => Err(OjsError::new(
                             ErrorCode::BackendError,
                             "the job's template is missing",

@@ -3,6 +3,7 @@
 //! pass between the state machine (`state`) and the engine.
 
 use crate::events::EventKind;
+use crate::job::template::Template;
 use crate::workflow::{Kind, Role};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -114,9 +115,7 @@ pub struct Node {
     pub state: NodeState,
     /// The job to create when this node's turn comes; dropped once it is enqueued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<Value>,
-    #[serde(default)]
-    pub len: usize,
+    pub template: Option<Template>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,7 +157,6 @@ impl Node {
             callbacks: Vec::new(),
             state: NodeState::Waiting,
             template: None,
-            len: 0,
             job_id: None,
             result: None,
             error: None,

@@ -8,6 +8,7 @@ pub use super::records::{
     Cancellation, Effect, Header, Node, NodeKind, NodeState, Outcome, Settle, WfState,
 };
 use crate::events::EventKind;
+use crate::job::validate::NewJob;
 use crate::workflow::{Def, Definition, Flow, JobDef, Role};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
@@ -138,8 +139,7 @@ impl Workflow {
         let mut node = Node::new(NodeKind::Job, path, Some(parent), index);
         node.role = role;
         node.job_type = Some(j.job_type);
-        node.template = Some(j.envelope);
-        node.len = j.len;
+        node.template = Some(*j.template);
         self.push(node)
     }
 
@@ -473,21 +473,28 @@ impl Workflow {
             })
     }
 
-    /// The job to create for node `n`: its template plus the workflow attributes, and its
-    /// encoded size counting `parent_results`, so a step that would carry more than the
-    /// job size limit of earlier results is refused (and its node fails) like any
-    /// oversized job, instead of being stored without a bound.
-    pub fn envelope(&self, n: u32, parent_results: Map<String, Value>) -> Option<(Value, usize)> {
-        let node = self.nodes.get(n as usize)?;
-        let Some(Value::Object(mut m)) = node.template.clone() else {
-            return None;
-        };
+    /// The job to create for node `n`: its template plus the workflow attributes, with its
+    /// nesting depth and its encoded size counting `parent_results`, so a step that would
+    /// carry more than the job size limit of earlier results is refused (and its node
+    /// fails) like any oversized job, instead of being stored without a bound.
+    pub fn instance(
+        &self,
+        n: u32,
+        parent_results: Map<String, Value>,
+    ) -> Option<(NewJob, usize, usize)> {
+        let template = self.nodes.get(n as usize)?.template.as_ref()?;
+        let node = &self.nodes[n as usize];
         let results = Value::Object(parent_results);
         let results_len = serde_json::to_vec(&results).map_or(usize::MAX, |b| b.len());
-        m.insert("workflow_id".into(), json!(self.header.id));
-        m.insert("workflow_step".into(), json!(node.path));
-        m.insert("parent_results".into(), results);
-        Some((Value::Object(m), node.len.saturating_add(results_len)))
+        let depth = template.depth().max(1 + crate::json::depth(&results));
+        let mut new = template.instantiate(Utc::now());
+        let extra = &mut new.job.extra;
+        extra.insert("workflow_id".into(), json!(self.header.id));
+        extra.insert("workflow_step".into(), json!(node.path));
+        extra.insert("parent_results".into(), results);
+        // The three attributes' names and punctuation, beside the values.
+        let added = 64 + self.header.id.len() + node.path.len() + results_len;
+        Some((new, template.len().saturating_add(added), depth))
     }
 }
 

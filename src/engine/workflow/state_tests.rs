@@ -382,13 +382,20 @@ fn records_round_trip_and_only_touched_nodes_are_dirty() {
 }
 
 #[test]
-fn envelope_carries_the_workflow_attributes() {
+fn an_instance_carries_the_workflow_attributes() {
     let r = Run::new(chain4());
     let mut pr = Map::new();
-    pr.insert("0".into(), json!(1));
-    let (env, _) = r.wf.envelope(2, pr).unwrap();
-    assert_eq!(env["workflow_id"], "wf1");
-    assert_eq!(env["workflow_step"], "1");
-    assert_eq!(env["parent_results"], json!({"0": 1}));
-    assert_eq!(env["type"], "payment.charge");
+    pr.insert("0".into(), json!({"a": [1]}));
+    let (new, len, depth) = r.wf.instance(2, pr.clone()).unwrap();
+    let extra = &new.job.extra;
+    assert_eq!(extra["workflow_id"], "wf1");
+    assert_eq!(extra["workflow_step"], "1");
+    assert_eq!(extra["parent_results"], json!({"0": {"a": [1]}}));
+    assert_eq!(new.job.job_type, "payment.charge");
+    // Its size counts the results it carries; its depth is theirs plus the attribute.
+    let (_, small, _) = r.wf.instance(2, Map::new()).unwrap();
+    assert!(len >= small + 12, "{len} vs {small}");
+    assert_eq!(depth, 4);
+    // Each instance is a job of its own.
+    assert_ne!(r.wf.instance(2, pr).unwrap().0.job.id, new.job.id);
 }
