@@ -6,6 +6,7 @@
 //! `DEAD DELETE {filter}`) need `"confirm": true` (ojs-admin-api §4 "safe by default"),
 //! and their payloads refuse unknown keys: a misspelt filter must not widen a purge.
 
+use super::words::{json_object, malformed, split_verb};
 pub use crate::engine::request::{
     DeadCmd, DeadFilter, JobSet, JobsQuery, MutateCmd, MutateOp, QueueCmd, QueueLimit, SetFilter,
 };
@@ -34,25 +35,6 @@ pub fn page_num(
     }
 }
 pub const DEAD_LIST_MAX: usize = 1000;
-
-fn malformed(msg: impl Into<String>) -> OjsError {
-    OjsError::new(ErrorCode::MalformedCommand, msg)
-}
-
-fn split_verb(line: &str) -> (&str, &str) {
-    match line.find(' ') {
-        Some(i) => (&line[..i], line[i + 1..].trim_start()),
-        None => (line, ""),
-    }
-}
-
-fn object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
-    match crate::json::parse(payload.as_bytes()) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(malformed(format!("{verb} payload must be a JSON object"))),
-        Err(e) => Err(malformed(format!("{verb}: {e}"))),
-    }
-}
 
 fn one_word(verb: &str, payload: &str, what: &str) -> OjsResult<String> {
     let mut words = payload.split_whitespace();
@@ -159,14 +141,14 @@ pub fn parse_dead(payload: &str) -> OjsResult<DeadCmd> {
     let sub = sub.to_ascii_uppercase();
     match sub.as_str() {
         "LIST" if rest.is_empty() => dead_list(&Map::new()),
-        "LIST" => dead_list(&object("DEAD LIST", rest)?),
+        "LIST" => dead_list(&json_object("DEAD LIST", rest)?),
         "GET" => Ok(DeadCmd::Get(one_word("DEAD GET", rest, "job id")?)),
         "STATS" if rest.is_empty() => Ok(DeadCmd::Stats),
         "STATS" => Err(malformed("DEAD STATS takes no arguments")),
         "RETRY" | "DELETE" => {
             let verb = format!("DEAD {sub}");
             if rest.starts_with('{') {
-                let filter = dead_bulk(&verb, &object(&verb, rest)?)?;
+                let filter = dead_bulk(&verb, &json_object(&verb, rest)?)?;
                 Ok(match sub.as_str() {
                     "RETRY" => DeadCmd::RetryAll(filter),
                     _ => DeadCmd::DeleteAll(filter),
@@ -255,7 +237,7 @@ pub fn parse_queue(payload: &str) -> OjsResult<QueueCmd> {
             let limit = if body.eq_ignore_ascii_case("OFF") {
                 None
             } else {
-                Some(QueueLimit::parse(&Value::Object(object(
+                Some(QueueLimit::parse(&Value::Object(json_object(
                     "QUEUE LIMIT",
                     body,
                 )?))?)
@@ -272,7 +254,7 @@ pub fn parse_queue(payload: &str) -> OjsResult<QueueCmd> {
                     "QUEUE PURGE needs a queue name and {\"states\": [...], \"confirm\": true}",
                 ));
             }
-            queue_purge(queue, &object("QUEUE PURGE", body)?)
+            queue_purge(queue, &json_object("QUEUE PURGE", body)?)
         }
         _ => Err(malformed(
             "QUEUE needs PAUSE, RESUME, LIST, STATS, LIMIT or PURGE",
@@ -337,7 +319,7 @@ pub fn parse_stats(payload: &str) -> OjsResult<super::Command> {
     let obj = if rest.trim().is_empty() {
         Map::new()
     } else {
-        object("STATS HISTORY", rest)?
+        json_object("STATS HISTORY", rest)?
     };
     stats_history(&obj)
 }
@@ -377,7 +359,7 @@ pub fn parse_jobs(payload: &str) -> OjsResult<JobsQuery> {
     let obj = if payload.trim().is_empty() {
         Map::new()
     } else {
-        object("JOBS", payload)?
+        json_object("JOBS", payload)?
     };
     jobs_query(&obj)
 }

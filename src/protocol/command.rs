@@ -2,6 +2,7 @@
 //! envelope must contain is decided by the job model, not here, so another job dialect can
 //! reuse this layer.
 
+use super::words::{json_object, json_payload, malformed, split_verb};
 use crate::auth::{Need, Role};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::value::RawValue;
@@ -174,24 +175,6 @@ const MAX_BACKTRACE_CHARS: usize = 10_000;
 /// Largest `error.details` a FAIL may attach, encoded.
 const MAX_DETAILS_BYTES: usize = 16 * 1024;
 
-fn malformed(msg: impl Into<String>) -> OjsError {
-    OjsError::new(ErrorCode::MalformedCommand, msg)
-}
-
-fn json_payload(verb: &str, payload: &str) -> OjsResult<Value> {
-    if payload.is_empty() {
-        return Err(malformed(format!("{verb} needs a JSON payload")));
-    }
-    crate::json::parse(payload.as_bytes()).map_err(|e| malformed(format!("{verb}: {e}")))
-}
-
-fn json_object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
-    match json_payload(verb, payload)? {
-        Value::Object(m) => Ok(m),
-        _ => Err(malformed(format!("{verb} payload must be a JSON object"))),
-    }
-}
-
 /// `id` (OJS) or `jid` (Faktory) from an object payload.
 fn job_id(verb: &str, obj: &Map<String, Value>) -> OjsResult<String> {
     match obj.get("id").or_else(|| obj.get("jid")) {
@@ -337,13 +320,6 @@ fn with_options(job: Value) -> OjsResult<Value> {
                 .map(Value::Object)
         }
         other => Ok(other),
-    }
-}
-
-fn split_verb(line: &str) -> (&str, &str) {
-    match line.find(' ') {
-        Some(i) => (&line[..i], line[i + 1..].trim_start()),
-        None => (line, ""),
     }
 }
 

@@ -2,25 +2,14 @@
 //! `CRON ENABLE <name>`, `CRON DISABLE <name>`. What a definition must contain is the
 //! cron model's business (`crate::cron::def`); here only the shape of the line is checked.
 
+use super::words::{json_object, malformed};
 use super::Command;
 pub use crate::engine::request::CronCmd;
-use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::error::OjsResult;
 use serde_json::{Map, Value};
 
 /// Most cron jobs one `CRON LIST` page returns (also the default).
 pub const MAX_LIST: usize = 1000;
-
-fn malformed(msg: impl Into<String>) -> OjsError {
-    OjsError::new(ErrorCode::MalformedCommand, msg)
-}
-
-fn object(verb: &str, payload: &str) -> OjsResult<Map<String, Value>> {
-    match crate::json::parse(payload.as_bytes()) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(malformed(format!("{verb} payload must be a JSON object"))),
-        Err(e) => Err(malformed(format!("{verb}: {e}"))),
-    }
-}
 
 fn name(verb: &str, rest: &str) -> OjsResult<String> {
     let mut words = rest.split_whitespace();
@@ -34,7 +23,7 @@ fn list(rest: &str) -> OjsResult<CronCmd> {
     let opts = if rest.is_empty() {
         Map::new()
     } else {
-        object("CRON LIST", rest)?
+        json_object("CRON LIST", rest)?
     };
     let enabled = match opts.get("enabled") {
         None | Some(Value::Null) => None,
@@ -65,7 +54,7 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
     };
     let cmd = match sub.to_ascii_uppercase().as_str() {
         "ADD" if rest.is_empty() => return Err(malformed("CRON ADD needs a JSON definition")),
-        "ADD" => CronCmd::Add(Value::Object(object("CRON ADD", rest)?)),
+        "ADD" => CronCmd::Add(Value::Object(json_object("CRON ADD", rest)?)),
         "LIST" => list(rest)?,
         "GET" => CronCmd::Get(name("CRON GET", rest)?),
         "DEL" | "DELETE" => CronCmd::Del(name("CRON DEL", rest)?),
@@ -83,6 +72,7 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorCode;
     use crate::protocol::parse_command;
     use serde_json::json;
 

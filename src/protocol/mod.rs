@@ -8,6 +8,7 @@ pub mod cron;
 pub mod faktory;
 pub mod hello;
 pub mod reply;
+mod words;
 pub mod workflow;
 
 pub use codec::{Frame, LineCodec};

@@ -2,17 +2,14 @@
 //! definition must contain is the workflow model's business (`crate::workflow`); here only
 //! the shape of the line is checked.
 
+use super::words::{json_object, malformed};
 use super::Command;
 pub use crate::engine::request::WorkflowCmd;
-use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::error::OjsResult;
 use serde_json::Value;
 
 /// Most workflows one `WORKFLOW LIST` returns.
 pub const LIST_MAX: usize = 1000;
-
-fn malformed(msg: impl Into<String>) -> OjsError {
-    OjsError::new(ErrorCode::MalformedCommand, msg)
-}
 
 fn id(verb: &str, rest: &str) -> OjsResult<String> {
     let mut words = rest.split_whitespace();
@@ -27,11 +24,7 @@ fn list(rest: &str) -> OjsResult<WorkflowCmd> {
     let obj = if rest.is_empty() {
         serde_json::Map::new()
     } else {
-        match crate::json::parse(rest.as_bytes()) {
-            Ok(Value::Object(m)) => m,
-            Ok(_) => return Err(malformed("WORKFLOW LIST takes a JSON object")),
-            Err(e) => return Err(malformed(format!("WORKFLOW LIST: {e}"))),
-        }
+        json_object("WORKFLOW LIST", rest)?
     };
     list_query(&obj)
 }
@@ -96,6 +89,7 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorCode;
     use crate::protocol::parse_command;
     use serde_json::json;
 
