@@ -283,6 +283,51 @@ fn ack_and_fail_replies() {
     ]);
 }
 
+/// `ACK {"id", "fetch": [...]}`: the ACK, then the next job in the same reply (as FETCH
+/// answers it), or a null reply when none comes within the wait.
+#[test]
+fn ack_with_fetch_answers_the_next_job() {
+    let srv = Server::start_with(&["--fetch-wait-ms", "200"]);
+    let mut c = srv.client();
+    let mut w = srv.worker("w-af");
+    let a = push_id(&mut c, &test_job("af", json!({})));
+    let b = push_id(&mut c, &test_job("af", json!({})));
+    assert_eq!(id_of(&fetch_one(&mut w, "af")), a);
+    let next = json_of(
+        w.call(&format!(
+            r#"ACK {{"id":"{a}","result":7,"fetch":["other","af"]}}"#
+        ))
+        .expect("ACK with fetch"),
+    );
+    assert_eq!(id_of(&next), b);
+    assert_eq!(next["state"], "active");
+    let done = c.job(&a).expect("JOB");
+    assert_eq!(
+        (done["state"].as_str(), &done["result"]),
+        (Some("completed"), &json!(7))
+    );
+    // Nothing left: the ACK is done and the reply is null, after the wait or at once.
+    assert_eq!(
+        w.call(&format!(r#"ACK {{"id":"{b}","fetch":["af"],"wait_ms":0}}"#))
+            .expect("ACK"),
+        Reply::Null
+    );
+    assert_eq!(state_of(&mut c, &b), "completed");
+    // An ACK that cannot be done takes nothing.
+    let d = push_id(&mut c, &test_job("af", json!({})));
+    assert_eq!(
+        err_code(&mut w, &format!(r#"ACK {{"id":"{a}","fetch":["af"]}}"#)),
+        "INVALID_STATE_TRANSITION"
+    );
+    assert_eq!(state_of(&mut c, &d), "available");
+    #[rustfmt::skip]
+    all_fail(&mut w, "MALFORMED_COMMAND", &[
+        r#"ACK {"id":"x","fetch":[]}"#, r#"ACK {"id":"x","fetch":"af"}"#,
+        r#"ACK {"id":"x","fetch":[1]}"#, r#"ACK {"id":"x","fetch":["af"],"wait_ms":-1}"#,
+        r#"ACK {"id":"x","wait_ms":5}"#,
+    ]);
+}
+
 #[test]
 fn beat_and_worker_replies() {
     let srv = Server::start();

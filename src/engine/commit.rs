@@ -2,16 +2,24 @@
 //! events are released only once that batch is durable.
 //!
 //! Two ways, chosen by `--commit-pipeline`:
-//! - **inline** (the default): the engine thread writes and syncs (`Store::commit`), then
-//!   replies. While the store syncs, the engine does nothing else.
+//! - **inline** (the default): the engine thread writes the batch (`Store::write`), sends
+//!   its FETCH replies, syncs (`Syncer::sync`), then sends the other replies. While the
+//!   store syncs, the engine does nothing else.
 //! - **pipelined**: the engine thread writes the batch (`Store::write`: applied, visible to
 //!   reads, not yet durable) and hands its replies to the syncer thread (`ojsd-sync`), which
 //!   syncs (`Syncer::sync`, covering every batch written so far) and then sends them. The
 //!   engine meanwhile applies the next batch. Events are published to live subscribers, and
 //!   event reads see them, only once the syncer reports their batch durable
-//!   (`Msg::Synced`), so nothing is seen that a crash could take back. A reply never leaves
-//!   before its own batch is durable, and since a store keeps batches in order, nothing a
-//!   reply could have observed is lost either.
+//!   (`Msg::Synced`), so nothing is seen that a crash could take back.
+//!
+//! Either way a reply never leaves before its own batch is durable, and since a store keeps
+//! batches in order, nothing a reply could have observed is lost either — with one
+//! exception: a FETCH's reply (the jobs it claimed) leaves as soon as the batch is
+//! written. A crash that loses the claim leaves the job `available` after the restart,
+//! which is what a crash after the claim does too (every `active` job is made available
+//! again at start-up): at-least-once either way, one durable round trip
+//! fewer per job. The job itself was durable before, unless its PUSH is in the same batch,
+//! and then that PUSH was not acknowledged yet. An ACK with `fetch` waits for the sync.
 
 use super::txn::{self, Out, Txn};
 use super::{Engine, Msg};
@@ -159,44 +167,51 @@ impl Engine {
         let batch = std::mem::take(&mut txn.batch);
         let wrote = !batch.is_empty();
         let failed = self.pipeline.as_ref().and_then(|p| p.failed.clone());
-        let result = match (&failed, self.pipeline.is_some()) {
-            (Some(e), _) => Err(StoreError::Backend(format!("an earlier sync failed: {e}"))),
-            (None, true) => self.store.write(batch),
-            (None, false) => self.store.commit(batch),
+        let result = match &failed {
+            Some(e) => Err(StoreError::Backend(format!("an earlier sync failed: {e}"))),
+            None => self.store.write(batch),
         };
         if let Err(e) = result {
-            tracing::error!(error = %e, "commit failed; stopping the engine");
-            for (to, _) in txn.out {
-                let _ = to.send(Err(OjsError::new(
-                    ErrorCode::BackendError,
-                    format!("commit failed: {e}"),
-                )));
-            }
-            return Err(e);
+            return Err(self.refuse(txn.out.into_iter().map(|(to, _)| to), e));
         }
         self.cache = std::mem::take(&mut txn.cache);
-        let replies = txn.out.into_iter().map(|(to, out)| {
-            let claimed = match &out {
-                Out::Claimed { ids, .. } => ids.clone(),
-                _ => Vec::new(),
+        // FETCH replies leave now, before the batch is durable: a claim lost in a crash is
+        // the same as one made before it (every `active` job is available again at start),
+        // so waiting for the disk would only add a round trip to each job. Everything else
+        // (PUSH, ACK, FAIL, ... and an ACK's next job) waits for the sync.
+        let mut later = Vec::with_capacity(txn.out.len());
+        for (to, out) in txn.out {
+            let (claimed, early) = match &out {
+                Out::Claimed { ids, early, .. } => (ids.clone(), *early),
+                _ => (Vec::new(), false),
             };
             let reply = txn::resolve(out, &written, &self.cache, self.store.as_ref());
-            (to, reply, claimed)
-        });
+            if !early {
+                later.push((to, reply, claimed));
+            } else if to.send(reply).is_err() {
+                // The connection went away before its FETCH was answered.
+                self.undelivered.extend(claimed);
+            }
+        }
         let Some(p) = self.pipeline.as_mut() else {
-            for (to, reply, claimed) in replies {
+            // Inline: every earlier batch is durable already, so only a batch that wrote
+            // something needs a sync before its replies.
+            if let (true, Some(syncer)) = (wrote, self.inline_syncer.as_mut()) {
+                if let Err(e) = syncer.sync() {
+                    return Err(self.refuse(later.into_iter().map(|(to, _, _)| to), e));
+                }
+            }
+            for (to, reply, claimed) in later {
                 if to.send(reply).is_err() {
-                    // The connection went away before its FETCH was answered.
                     self.undelivered.extend(claimed);
                 }
             }
             self.publish(&txn.events);
             return Ok(());
         };
-        let replies: Vec<_> = replies.collect();
         // A batch that wrote something is synced even with nothing to answer (timers,
         // pruning), so that no write waits for the next client to be made durable.
-        if replies.is_empty() && txn.events.is_empty() && !wrote {
+        if later.is_empty() && txn.events.is_empty() && !wrote {
             return Ok(());
         }
         p.written += 1;
@@ -207,10 +222,30 @@ impl Engine {
         }
         let sent =
             p.tx.as_ref()
-                .map(|tx| tx.send(Group { no, replies }).is_ok());
+                .map(|tx| tx.send(Group { no, replies: later }).is_ok());
         if sent != Some(true) {
             return Err(StoreError::Backend("the syncer thread is gone".into()));
         }
         Ok(())
     }
+
+    /// A write or sync failed: answer every reply still waiting with the error.
+    fn refuse(
+        &self,
+        waiting: impl Iterator<Item = oneshot::Sender<Answered>>,
+        e: StoreError,
+    ) -> StoreError {
+        tracing::error!(error = %e, "commit failed; stopping the engine");
+        for to in waiting {
+            let _ = to.send(Err(OjsError::new(
+                ErrorCode::BackendError,
+                format!("commit failed: {e}"),
+            )));
+        }
+        e
+    }
 }
+
+#[cfg(test)]
+#[path = "commit_tests.rs"]
+mod tests;

@@ -206,6 +206,16 @@ struct Waiter {
     count: Option<usize>,
     deadline: Instant,
     reply: oneshot::Sender<Answered>,
+    /// The reply also confirms an ACK: it must not leave before its batch is durable.
+    durable: bool,
+}
+
+/// A FETCH to serve: from FETCH itself, or from an ACK that asked for the next job.
+struct Fetching {
+    queues: Vec<String>,
+    count: Option<usize>,
+    wait: Option<Duration>,
+    durable: bool,
 }
 
 #[derive(Default)]
@@ -251,6 +261,9 @@ pub struct Engine {
     overview: admin::Overview,
     /// The syncer, when commits are pipelined.
     pipeline: Option<commit::Pipeline>,
+    /// Otherwise the engine thread syncs each batch itself, after sending its FETCH
+    /// replies (`commit.rs`).
+    inline_syncer: Option<Box<dyn crate::store::Syncer>>,
 }
 
 /// An engine iteration this long is logged with what it did (a stall everyone waits for).
@@ -324,10 +337,13 @@ pub fn start(
         workflows: Default::default(),
         overview: Default::default(),
         pipeline: None,
+        inline_syncer: None,
     };
+    let syncer = engine.store.syncer()?;
     if engine.cfg.commit_pipeline {
-        let syncer = engine.store.syncer()?;
         engine.pipeline = Some(commit::Pipeline::start(syncer, tx.clone())?);
+    } else {
+        engine.inline_syncer = Some(syncer);
     }
     engine.rebuild()?;
     engine.rebuild_cron()?;
@@ -562,32 +578,43 @@ impl Engine {
                 count,
                 wait,
             } => {
-                let by = Holder::of(wid.as_ref(), conn);
-                match self.fetch(txn, by, &queues, count.unwrap_or(1)) {
-                    Ok(ids) if ids.is_empty() && wait.is_some_and(|w| w.is_zero()) => {
-                        Ok(answer_of(Answer::Nothing))
-                    }
-                    Ok(ids) if ids.is_empty() => {
-                        let wait = wait.map_or(self.cfg.fetch_wait, |w| w.min(self.cfg.fetch_wait));
-                        let deadline = Instant::now() + wait;
-                        // Kept in deadline order, so only the front can be due: a shorter
-                        // wait goes before the longer ones already waiting.
-                        let at = self.waiters.partition_point(|w| w.deadline <= deadline);
-                        self.waiters.insert(
-                            at,
-                            Waiter {
-                                wid,
-                                conn,
-                                queues,
-                                count,
-                                deadline,
-                                reply,
-                            },
-                        );
-                        return;
-                    }
-                    Ok(ids) => Ok(fetch_out(ids, count)),
-                    Err(e) => Err(e),
+                let fetch = Fetching {
+                    queues,
+                    count,
+                    wait,
+                    durable: false,
+                };
+                match self.fetch_or_wait(txn, wid, conn, fetch, reply) {
+                    Some((reply, out)) => return answer(txn, reply, out),
+                    None => return,
+                }
+            }
+            // ACK, then FETCH for the same worker in the same batch: one reply, sent once the
+            // ACK is durable, carries the next job (or nothing).
+            Command::AckFetch {
+                id,
+                result,
+                queues,
+                wait,
+            } => {
+                if let Err(e) = self.ack(txn, wid.as_ref(), &id, result, false) {
+                    return answer(txn, reply, Err(e));
+                }
+                if wid
+                    .as_deref()
+                    .is_some_and(|w| self.workers.directive(w).is_some())
+                {
+                    return answer(txn, reply, Ok(answer_of(Answer::Nothing)));
+                }
+                let fetch = Fetching {
+                    queues,
+                    count: None,
+                    wait,
+                    durable: true,
+                };
+                match self.fetch_or_wait(txn, wid, conn, fetch, reply) {
+                    Some((reply, out)) => return answer(txn, reply, out),
+                    None => return,
                 }
             }
             Command::Ack {
@@ -675,6 +702,49 @@ impl Engine {
         answer(txn, reply, out);
     }
 
+    /// Claim jobs for a FETCH now, or park it as a waiter (`None`: the waiter holds the
+    /// reply) until a job comes or its wait ends.
+    fn fetch_or_wait(
+        &mut self,
+        txn: &mut Txn,
+        wid: Option<Arc<str>>,
+        conn: Option<ConnId>,
+        f: Fetching,
+        reply: oneshot::Sender<Answered>,
+    ) -> Option<(oneshot::Sender<Answered>, OjsResult<Out>)> {
+        let by = Holder::of(wid.as_ref(), conn);
+        let out = match self.fetch(txn, by, &f.queues, f.count.unwrap_or(1)) {
+            Ok(ids) if ids.is_empty() && f.wait.is_some_and(|w| w.is_zero()) => {
+                Ok(answer_of(Answer::Nothing))
+            }
+            Ok(ids) if ids.is_empty() => {
+                let wait = f
+                    .wait
+                    .map_or(self.cfg.fetch_wait, |w| w.min(self.cfg.fetch_wait));
+                let deadline = Instant::now() + wait;
+                // Kept in deadline order, so only the front can be due: a shorter wait goes
+                // before the longer ones already waiting.
+                let at = self.waiters.partition_point(|w| w.deadline <= deadline);
+                self.waiters.insert(
+                    at,
+                    Waiter {
+                        wid,
+                        conn,
+                        queues: f.queues,
+                        count: f.count,
+                        deadline,
+                        reply,
+                        durable: f.durable,
+                    },
+                );
+                return None;
+            }
+            Ok(ids) => Ok(fetch_out(ids, f.count, f.durable)),
+            Err(e) => Err(e),
+        };
+        Some((reply, out))
+    }
+
     /// The job a viewed command changes; a CANCEL of a finished job is refused (HTTP
     /// answers 409 where TCP CANCEL is idempotent).
     fn viewable(&self, cmd: &Command) -> OjsResult<Option<uuid::Uuid>> {
@@ -730,7 +800,7 @@ impl Engine {
                     let by = Holder::of(w.wid.as_ref(), w.conn);
                     match self.fetch(txn, by, &w.queues, w.count.unwrap_or(1)) {
                         Ok(ids) if !ids.is_empty() => {
-                            txn.reply(w.reply, fetch_out(ids, w.count));
+                            txn.reply(w.reply, fetch_out(ids, w.count, w.durable));
                             continue;
                         }
                         Ok(_) => {}
@@ -782,10 +852,13 @@ fn answer(txn: &mut Txn, reply: oneshot::Sender<Answered>, out: Result<Out, OjsE
     txn.reply(reply, out.unwrap_or_else(|e| Out::Answer(Err(e))));
 }
 
-fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>) -> Out {
+/// A FETCH's reply: sent as soon as its batch is written, before the batch is durable
+/// (`commit.rs`), unless it also confirms an ACK (`durable`).
+fn fetch_out(ids: Vec<uuid::Uuid>, count: Option<usize>, durable: bool) -> Out {
     Out::Claimed {
         array: count.is_some() || ids.len() != 1,
         ids,
+        early: !durable,
     }
 }
 

@@ -52,6 +52,15 @@ pub enum Command {
         result: Option<Value>,
         handed_out: bool,
     },
+    /// ACK, then a FETCH of one job for the same worker, answered together once the ACK is
+    /// durable: one round trip per job for a worker loop (`ACK {"id", "fetch": [...]}`).
+    AckFetch {
+        id: String,
+        result: Option<Value>,
+        queues: Vec<String>,
+        /// As FETCH's `wait`: at most `--fetch-wait-ms`, the default; zero answers at once.
+        wait: Option<std::time::Duration>,
+    },
     /// `requeue`: back to `available` at once when the policy allows a retry, without the
     /// backoff (the HTTP binding's NACK `requeue`).
     Fail {

@@ -19,10 +19,13 @@ pub enum Out {
     Answer(Answered),
     Job(Uuid),
     /// Jobs claimed by a FETCH (one object, or an array when `array`). If this reply
-    /// cannot be delivered, the claim is undone.
+    /// cannot be delivered, the claim is undone. `early`: the reply may leave before its
+    /// batch is durable (see `commit.rs`); false when it also confirms a change that must
+    /// be durable first (ACK with `fetch`).
     Claimed {
         ids: Vec<Uuid>,
         array: bool,
+        early: bool,
     },
 }
 
@@ -337,9 +340,9 @@ pub fn resolve(
     match out {
         Out::Answer(a) => a,
         Out::Job(id) => body(&id).map(|b| Answer::Job(JobView::encoded(b))),
-        Out::Claimed { ids, array: false } if ids.len() == 1 => {
-            body(&ids[0]).map(|b| Answer::Job(JobView::encoded(b)))
-        }
+        Out::Claimed {
+            ids, array: false, ..
+        } if ids.len() == 1 => body(&ids[0]).map(|b| Answer::Job(JobView::encoded(b))),
         Out::Claimed { ids, .. } => ids
             .iter()
             .map(|id| body(id).map(JobView::encoded))

@@ -45,7 +45,7 @@ impl Command {
             Command::Push { .. } => "PUSH",
             Command::PushBatch(_) | Command::PushEach(_) => "PUSHB",
             Command::Fetch { .. } => "FETCH",
-            Command::Ack { .. } => "ACK",
+            Command::Ack { .. } | Command::AckFetch { .. } => "ACK",
             Command::Fail { .. } => "FAIL",
             Command::Beat { .. } => "BEAT",
             Command::Cancel { .. } => "CANCEL",
@@ -116,6 +116,7 @@ pub fn required_role(cmd: &Command) -> Need {
         Command::Workflow(WorkflowCmd::Create { .. }) => Need::Producer,
         Command::Fetch { .. }
         | Command::Ack { .. }
+        | Command::AckFetch { .. }
         | Command::Fail { .. }
         | Command::Beat { .. }
         | Command::Progress { .. } => Need::Worker,
@@ -170,6 +171,8 @@ pub fn authorize(role: Role, cmd: &Command) -> OjsResult<()> {
 }
 
 pub const MAX_FETCH_COUNT: usize = 1000;
+/// Most queues an ACK's `fetch` names.
+pub const MAX_FETCH_QUEUES: usize = 256;
 const MAX_BACKTRACE_FRAMES: usize = 50;
 const MAX_BACKTRACE_CHARS: usize = 10_000;
 /// Largest `error.details` a FAIL may attach, encoded.
@@ -182,6 +185,35 @@ fn job_id(verb: &str, obj: &Map<String, Value>) -> OjsResult<String> {
         Some(_) => Err(malformed(format!("{verb}: id must be a non-empty string"))),
         None => Err(malformed(format!("{verb}: id is required"))),
     }
+}
+
+/// ACK's optional `"fetch": ["queue", ...]` (and `"wait_ms"`): the next job to take.
+fn next_fetch(
+    obj: &Map<String, Value>,
+) -> OjsResult<Option<(Vec<String>, Option<std::time::Duration>)>> {
+    let queues = match obj.get("fetch") {
+        None | Some(Value::Null) if obj.contains_key("wait_ms") => {
+            return Err(malformed("ACK: wait_ms needs fetch"))
+        }
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) if !a.is_empty() && a.len() <= MAX_FETCH_QUEUES => a
+            .iter()
+            .map(|q| q.as_str().filter(|q| !q.is_empty()).map(str::to_owned))
+            .collect::<Option<Vec<_>>>(),
+        Some(_) => None,
+    }
+    .ok_or_else(|| {
+        malformed(format!(
+            "ACK: fetch must be an array of 1 to {MAX_FETCH_QUEUES} queue names"
+        ))
+    })?;
+    let wait = match obj.get("wait_ms") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(std::time::Duration::from_millis(v.as_u64().ok_or_else(
+            || malformed("ACK: wait_ms must be a non-negative integer"),
+        )?)),
+    };
+    Ok(Some((queues, wait)))
 }
 
 fn id_payload(verb: &str, payload: &str) -> OjsResult<String> {
@@ -361,11 +393,20 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
         "ACK" => {
             let obj = json_object("ACK", payload)?;
             let id = job_id("ACK", &obj)?;
-            Ok(Command::Ack {
-                id,
-                result: obj.get("result").cloned(),
-                handed_out: false,
-            })
+            let result = obj.get("result").cloned();
+            match next_fetch(&obj)? {
+                None => Ok(Command::Ack {
+                    id,
+                    result,
+                    handed_out: false,
+                }),
+                Some((queues, wait)) => Ok(Command::AckFetch {
+                    id,
+                    result,
+                    queues,
+                    wait,
+                }),
+            }
         }
         "FAIL" => {
             let obj = json_object("FAIL", payload)?;

@@ -141,8 +141,22 @@ pub fn worst_case(cmd: &Command, line_len: usize, max_job: usize) -> usize {
             line_len.saturating_add(jobs.len().saturating_mul(PER_JOB_OVERHEAD))
         }
         Command::Fetch { count, .. } => count.unwrap_or(1).max(1).saturating_mul(job),
-        // A job with its result (JOB), or a list (INFO, DEAD LIST, WORKERS, ...).
-        _ => job.saturating_mul(2),
+        Command::AckFetch { .. } => job.saturating_add(line_len),
+        // A job with its result (JOB), or a list (INFO, DEAD LIST, WORKERS, ...). Named one
+        // by one, so that a new command must be placed here to build.
+        Command::Job { .. }
+        | Command::Info
+        | Command::Queue(_)
+        | Command::Dead(_)
+        | Command::Workers
+        | Command::Jobs(_)
+        | Command::Overview
+        | Command::StatsHistory { .. }
+        | Command::Cron(_)
+        | Command::Workflow(_)
+        | Command::Mutate(_)
+        | Command::Flush
+        | Command::Subscribe { .. } => job.saturating_mul(2),
     }
 }
 
