@@ -137,6 +137,11 @@ struct Args {
     /// queues with gauges of their own); the rest are summed under "_other".
     #[arg(long, env = "OJSD_MAX_METRIC_SERIES", default_value_t = engine::metrics::DEFAULT_MAX_SERIES, value_parser = parse_positive_usize)]
     max_metric_series: usize,
+    /// Compact the store's jobs (or events) once this many records were deleted and at
+    /// least as many as are left, so disk is given back after a large prune; 0: never.
+    /// (fjall only: sled and PostgreSQL reclaim space on their own.)
+    #[arg(long, env = "OJSD_COMPACT_AFTER_DELETES", default_value_t = engine::compact_after_deletes_default())]
+    compact_after_deletes: u64,
     /// Bytes of replies a TCP connection may owe (pipelined, not yet read by the client)
     /// before the server stops reading its commands.
     #[arg(long, env = "OJSD_MAX_PENDING_REPLY_BYTES", default_value_t = server::DEFAULT_MAX_PENDING_REPLY_BYTES)]
@@ -417,6 +422,7 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         commit_pipeline: args.commit_pipeline,
         max_queues: args.max_queues,
         max_metric_series: args.max_metric_series,
+        compact_after_deletes: args.compact_after_deletes,
         events: engine::EventConfig {
             held: HeldLimits {
                 per_subscriber: args.max_subscriber_bytes,

@@ -166,6 +166,10 @@ impl Engine {
         Self::log_events(&mut txn);
         let batch = std::mem::take(&mut txn.batch);
         let wrote = !batch.is_empty();
+        self.compaction.note(
+            crate::store::Space::Job,
+            batch.deletes(crate::store::Space::Job) as u64,
+        );
         let failed = self.pipeline.as_ref().and_then(|p| p.failed.clone());
         let result = match &failed {
             Some(e) => Err(StoreError::Backend(format!("an earlier sync failed: {e}"))),

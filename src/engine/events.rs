@@ -420,6 +420,8 @@ impl Engine {
         for first in drop {
             txn.batch.delete(Space::Event, &events::cursor_key(first));
         }
+        self.compaction
+            .note(Space::Event, end.saturating_sub(self.events.oldest));
         self.events.oldest = end;
         // Remember where cursors stand, in case the log is now empty.
         txn.batch.put(

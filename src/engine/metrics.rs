@@ -197,6 +197,7 @@ impl Metrics {
         MetricsView {
             series,
             queues: gauges,
+            compactions: 0,
         }
     }
 }
@@ -247,6 +248,8 @@ pub struct QueueGauge {
 pub struct MetricsView {
     pub series: Vec<SeriesView>,
     pub queues: Vec<QueueGauge>,
+    /// Compactions of the store after large deletions, finished since start.
+    pub compactions: u64,
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ mod admin;
 pub mod api;
 mod clock;
 mod commit;
+mod compact;
 mod cron;
 mod events;
 mod handle;
@@ -87,6 +88,13 @@ pub struct Config {
     pub max_queues: usize,
     /// Most (job type, queue) series of the job metrics (`--max-metric-series`).
     pub max_metric_series: usize,
+    /// Deletions after which a space is compacted (`--compact-after-deletes`; 0: never).
+    pub compact_after_deletes: u64,
+}
+
+/// Default `--compact-after-deletes`.
+pub const fn compact_after_deletes_default() -> u64 {
+    compact::DEFAULT_AFTER_DELETES
 }
 
 /// Default `--max-queues`.
@@ -111,6 +119,7 @@ impl Default for Config {
             commit_pipeline: false,
             max_queues: DEFAULT_MAX_QUEUES,
             max_metric_series: metrics::DEFAULT_MAX_SERIES,
+            compact_after_deletes: compact::DEFAULT_AFTER_DELETES,
         }
     }
 }
@@ -264,6 +273,8 @@ pub struct Engine {
     /// Otherwise the engine thread syncs each batch itself, after sending its FETCH
     /// replies (`commit.rs`).
     inline_syncer: Option<Box<dyn crate::store::Syncer>>,
+    /// Compacting a space after large deletions (`compact.rs`).
+    compaction: compact::Compaction,
 }
 
 /// An engine iteration this long is logged with what it did (a stall everyone waits for).
@@ -338,7 +349,10 @@ pub fn start(
         overview: Default::default(),
         pipeline: None,
         inline_syncer: None,
+        compaction: compact::Compaction::new(None, 0),
     };
+    engine.compaction =
+        compact::Compaction::new(engine.store.compactor(), engine.cfg.compact_after_deletes);
     let syncer = engine.store.syncer()?;
     if engine.cfg.commit_pipeline {
         engine.pipeline = Some(commit::Pipeline::start(syncer, tx.clone())?);
@@ -432,7 +446,9 @@ impl Engine {
                     Msg::Closed { conn } => self.connection_gone(&mut txn, conn),
                     Msg::Events(read) => self.reads.push_back(read),
                     Msg::Metrics { reply } => {
-                        let _ = reply.send(self.metrics.view(&self.index));
+                        let mut view = self.metrics.view(&self.index);
+                        view.compactions = self.compaction.finished();
+                        let _ = reply.send(view);
                     }
                     Msg::Synced { upto, failed } => self.synced(upto, failed),
                     Msg::Undelivered(ids) => self.undelivered.extend(ids),
@@ -458,6 +474,12 @@ impl Engine {
             }
             let upkept = began.elapsed();
             self.commit(txn)?;
+            let (jobs, events) = (self.index.jobs.len() as u64, &self.events);
+            let logged = events.next - events.oldest;
+            self.compaction.maybe_start(|space| match space {
+                crate::store::Space::Job => jobs.saturating_mul(2),
+                _ => logged,
+            });
             let committed = began.elapsed();
             // Reads run once the batch is in the log, so a new live feed starts exactly
             // after the last event the read could see.

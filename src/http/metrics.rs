@@ -104,6 +104,13 @@ pub fn prometheus(v: &MetricsView) -> String {
             let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", esc(&g.queue), get(g));
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP ojsd_store_compactions_total Compactions of the store after large deletions \
+         (--compact-after-deletes).\n# TYPE ojsd_store_compactions_total counter\n\
+         ojsd_store_compactions_total {}",
+        v.compactions
+    );
     out
 }
 
@@ -142,8 +149,10 @@ mod tests {
                 queue: "q".into(),
                 ..Default::default()
             }],
+            compactions: 3,
         };
         let text = prometheus(&v);
+        assert!(text.contains("\nojsd_store_compactions_total 3\n"));
         let l = r#"job_type="a.b",queue="q\"x""#;
         assert!(text.contains(&format!("ojs_jobs_enqueued_total{{{l}}} 1")));
         assert!(text.contains(&format!("ojs_jobs_completed_total{{{l}}} 2")));

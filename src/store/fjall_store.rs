@@ -71,8 +71,8 @@
 //! like a crash does. The `lock` file is released when the process ends.
 
 use super::{
-    allocated_bytes, ensure_dir, lock_file, sync_dir, Batch, Bounds, Op, Space, Store, StoreError,
-    StoreResult, Syncer, MARKER_FILE,
+    allocated_bytes, ensure_dir, lock_file, sync_dir, Batch, Bounds, Compactor, Op, Space, Store,
+    StoreError, StoreResult, Syncer, MARKER_FILE,
 };
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use std::path::{Path, PathBuf};
@@ -315,6 +315,17 @@ impl Syncer for FjallSyncer {
     }
 }
 
+/// Major compaction of one keyspace (fjall's `Keyspace::major_compact`, documented as
+/// hidden but public): every table of the keyspace is merged and rewritten, dropping
+/// tombstones and the versions they cover. It runs beside writes and reads.
+struct FjallCompactor(Vec<Keyspace>);
+
+impl Compactor for FjallCompactor {
+    fn compact(&mut self, space: Space) -> StoreResult<()> {
+        self.0[space.index()].major_compact().map_err(err)
+    }
+}
+
 /// The space and the key within it; fjall takes keys of 1 to 65,535 bytes (and panics on
 /// others), which every key ojsd writes is.
 fn split(key: &[u8]) -> StoreResult<(Space, &[u8])> {
@@ -341,6 +352,10 @@ impl Store for FjallStore {
 
     fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
         Ok(Box::new(FjallSyncer(self.db.clone())))
+    }
+
+    fn compactor(&self) -> Option<Box<dyn Compactor>> {
+        Some(Box::new(FjallCompactor(self.spaces.clone())))
     }
 
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {

@@ -230,6 +230,15 @@ impl Batch {
     pub fn len(&self) -> usize {
         self.ops.len()
     }
+
+    /// How many of the ops delete a record of `space`.
+    pub fn deletes(&self, space: Space) -> usize {
+        let prefix = space.prefix();
+        self.ops
+            .iter()
+            .filter(|op| matches!(op, Op::Delete(k) if k.starts_with(prefix)))
+            .count()
+    }
 }
 
 /// `Sync` because the index rebuild at start reads the store from several threads at once.
@@ -263,6 +272,18 @@ pub trait Store: Send + Sync {
     fn size_on_disk(&self) -> StoreResult<u64>;
     /// Which implementation this is (`fjall`, `sled`).
     fn name(&self) -> &'static str;
+    /// A handle to compact a space from another thread, for a store whose own background
+    /// work does not reclaim deleted data soon enough (fjall's leveled compaction rewrites
+    /// a level only once it outgrows its target). `None`: nothing to do.
+    fn compactor(&self) -> Option<Box<dyn Compactor>> {
+        None
+    }
+}
+
+/// Rewrites a space's files so that what deletions left behind (old versions, tombstones)
+/// stops taking disk, on a thread of its own: it may take seconds and blocks its caller.
+pub trait Compactor: Send {
+    fn compact(&mut self, space: Space) -> StoreResult<()>;
 }
 
 /// Makes a store's writes durable from another thread (see [`Store::write`]).
