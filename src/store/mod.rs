@@ -22,7 +22,7 @@ mod postgres_store;
 mod sled_store;
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 
 pub use fjall_store::FjallStore;
 pub use postgres_store::PostgresStore;

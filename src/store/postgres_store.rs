@@ -888,3 +888,7 @@ impl Store for PostgresStore {
         super::StoreKind::Postgres.name()
     }
 }
+
+#[cfg(test)]
+#[path = "postgres_tests.rs"]
+mod tests;
