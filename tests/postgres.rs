@@ -188,7 +188,7 @@ fn a_frozen_node_acknowledges_nothing_after_a_takeover() {
 
     let mut cb = b.client();
     assert_eq!(
-        states_of(&mut cb, &[before.clone()]),
+        states_of(&mut cb, std::slice::from_ref(&before)),
         vec![Some("available".to_string())]
     );
     let mut w = b.worker("w-b");

@@ -582,7 +582,7 @@ fn a_newer_schema_is_refused() {
 }
 
 fn postgres_store_version() -> usize {
-    super::postgres_store::SCHEMA_VERSION
+    super::postgres_schema::SCHEMA_VERSION
 }
 
 /// Every check above, as one test per store.

@@ -18,6 +18,7 @@
 //! rather than refused (see [`open`]).
 
 mod fjall_store;
+mod postgres_schema;
 mod postgres_store;
 mod sled_store;
 
