@@ -340,6 +340,13 @@ fn killed_writer(kind: StoreKind, mode: &str) {
         while !started.exists() && t0.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(5));
         }
+        // A pipelined writer outruns its syncer (nothing bounds it as MAX_UNSYNCED bounds
+        // the engine), and PostgreSQL's first sync of what piled up can take longer than
+        // the pause below: kill it only once a sync went through.
+        let synced = dir.path().join("synced");
+        while mode == "write" && !synced.exists() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         std::thread::sleep(Duration::from_millis(150 + 37 * round));
         child.kill().unwrap();
         child.wait().unwrap();

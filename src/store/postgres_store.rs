@@ -73,7 +73,7 @@ use super::postgres_schema::{acquire, heartbeat_sql, migrate, quote_schema};
 /// Rows per page of a scan.
 pub const PAGE_ROWS: i64 = 256;
 /// Bytes of pending values past which `write` syncs before taking more.
-pub const OVERLAY_MAX_BYTES: usize = 256 << 20;
+pub const OVERLAY_MAX_BYTES: usize = 64 << 20;
 /// Connections in the pool: the engine, the syncer, the lease, and the rebuild's scanners.
 const POOL_SIZE: usize = 8;
 
@@ -253,12 +253,19 @@ impl Shared {
         if let Some(e) = self.failed.lock().unwrap().as_ref() {
             return Err(copy_err(e));
         }
-        if self.clock_check.load(Ordering::SeqCst) {
-            self.lease.check()?;
+        let lease = if self.clock_check.load(Ordering::SeqCst) {
+            self.lease.check()
         } else if self.lease.lost.load(Ordering::SeqCst) {
-            return Err(self.lease.fenced("a renewal found it taken over"));
+            Err(self.lease.fenced("a renewal found it taken over"))
+        } else {
+            Ok(())
+        };
+        if let Err(e) = &lease {
+            // For good: a renewal that gets through later must not let batches the engine
+            // already failed reach the table.
+            *self.failed.lock().unwrap() = Some(copy_err(e));
         }
-        Ok(())
+        lease
     }
 
     fn sync(&self) -> StoreResult<()> {

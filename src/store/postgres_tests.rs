@@ -99,6 +99,12 @@ fn an_owner_stops_writing_when_its_lease_runs_out_on_its_own_clock() {
     a.commit(put("early")).unwrap();
     std::thread::sleep(opts.lease_ttl * 4 / 5 + Duration::from_millis(50));
     assert!(is_fenced(a.commit(put("late"))));
+    // Renewals that get through again (no other node took the partition) do not undo it:
+    // the engine already failed what it had written.
+    a.freeze_for_test(false, true);
+    std::thread::sleep(opts.renew_every * 3);
+    assert!(is_fenced(a.syncer().unwrap().sync()));
+    assert!(is_fenced(a.commit(put("later"))));
     assert_eq!(rows(&a, &opts.schema), vec!["early".to_string()]);
 }
 
