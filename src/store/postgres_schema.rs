@@ -54,9 +54,19 @@ pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str) -> StoreResult<(
     )
     .await
     .map_err(err)?;
+    // CREATE SCHEMA checks the CREATE privilege on the database even when the schema
+    // exists, so a role that may only use its schema (`public`, say) asks first.
+    let exists = tx
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await
+        .map_err(err)?;
+    if exists.is_none() {
+        tx.batch_execute(&format!("CREATE SCHEMA {s}"))
+            .await
+            .map_err(err)?;
+    }
     tx.batch_execute(&format!(
-        "CREATE SCHEMA IF NOT EXISTS {s};
-         CREATE TABLE IF NOT EXISTS {s}.ojs_meta (key text PRIMARY KEY, value text NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS {s}.ojs_meta (key text PRIMARY KEY, value text NOT NULL)"
     ))
     .await
     .map_err(err)?;

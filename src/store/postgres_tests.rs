@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::store::conformance::pg_options;
+use crate::store::postgres_schema::SCHEMA_VERSION;
 use std::path::Path;
 
 fn options(dir: &Path, node: &str) -> Option<PostgresOptions> {
@@ -239,4 +240,51 @@ fn reads_merge_the_overlay_over_pages_of_the_table() {
     drop(s);
     let s = PostgresStore::open(&opts).unwrap();
     check(&s, "after a reopen");
+}
+
+/// Nodes starting at once on a new schema: the migration runs once (under its advisory
+/// lock, no "already exists" error for anyone), exactly one node gets the partition, and
+/// the others are told who holds it.
+#[test]
+fn nodes_starting_at_once_migrate_once_and_one_takes_the_partition() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let opened: Vec<_> = (0..4)
+        .map(|i| {
+            let opts = options(dir.path(), &format!("node-{i}")).unwrap();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                PostgresStore::open(&opts)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let owners: Vec<_> = opened.iter().filter(|r| r.is_ok()).collect();
+    assert_eq!(owners.len(), 1, "one owner");
+    for r in &opened {
+        match r {
+            Ok(s) => assert_eq!(s.epoch(), 1),
+            Err(StoreError::Leased { part: 0, owner }) => assert!(owner.starts_with("node-")),
+            Err(e) => panic!("a node starting at once failed: {e}"),
+        }
+    }
+    let s = opened.into_iter().find_map(Result::ok).unwrap();
+    let schema = pg_options(dir.path()).unwrap().schema;
+    let meta = s.sql_for_test(&format!(
+        "SELECT key, value FROM {schema}.ojs_meta ORDER BY key"
+    ));
+    let meta: Vec<(String, String)> = meta.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        meta,
+        vec![
+            ("partitions".to_string(), "1".to_string()),
+            ("schema_version".to_string(), SCHEMA_VERSION.to_string()),
+        ]
+    );
 }
