@@ -92,10 +92,39 @@ struct Args {
     /// refused with QUEUE_FULL. 0 = no limit.
     #[arg(long, env = "OJSD_MAX_QUEUED_BYTES", default_value_t = engine::DEFAULT_MAX_QUEUED_BYTES)]
     max_queued_bytes: u64,
-    /// The embedded database: fjall, or sled (ojsd's store before fjall). A data dir
-    /// records which one wrote it and is refused by the other.
+    /// The database: fjall, or sled (ojsd's store before fjall), embedded in the data dir,
+    /// which records which one wrote it and is refused by the other; or postgres
+    /// (--postgres-url), which keeps everything in PostgreSQL and ignores --data-dir.
     #[arg(long, env = "OJSD_STORE", value_enum, default_value_t = StoreKind::DEFAULT)]
     store: StoreKind,
+    /// With --store postgres: the database, as a URL (`postgres://user:pw@host:5432/db`)
+    /// or libpq key=value pairs. Plain TCP or a Unix socket (`host=/run/postgresql`); no TLS.
+    #[arg(
+        long,
+        env = "OJSD_POSTGRES_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    postgres_url: Option<String>,
+    /// With --store postgres: the schema holding ojsd's tables (created if missing).
+    #[arg(
+        long,
+        env = "OJSD_POSTGRES_SCHEMA",
+        default_value = "public",
+        value_name = "NAME"
+    )]
+    postgres_schema: String,
+    /// With --store postgres: this node's id, the owner named in the partition's lease.
+    /// Default: <hostname>-<pid>, which is persisted nowhere, so a restarted ojsd waits for
+    /// the lease of a crashed predecessor to expire (--lease-ttl-ms); give a stable id to
+    /// take its partition back at once.
+    #[arg(long, env = "OJSD_NODE_ID", value_name = "ID")]
+    node_id: Option<String>,
+    /// With --store postgres: how long the partition's lease lasts past its last renewal
+    /// (renewed every fifth of it), ms. A node that cannot renew stops writing a fifth of
+    /// it before it runs out; another node may take the partition once it has.
+    #[arg(long, env = "OJSD_LEASE_TTL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(500..))]
+    lease_ttl_ms: u64,
     /// Cache of the embedded database (fjall's block cache, sled's page cache), MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
@@ -250,6 +279,7 @@ fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
 fn unknown_env_vars(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
     const NOT_FLAGS: &[&str] = &[
         "OJSD_TEST_STORE",
+        "OJSD_TEST_POSTGRES_URL",
         "OJSD_BIN",
         "OJSD_FUZZ",
         "OJSD_FUZZ_SECS",
@@ -397,11 +427,28 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
     };
     let opening = std::time::Instant::now();
     let cache_bytes = args.cache_mb.saturating_mul(1024 * 1024);
-    let store = store::open(args.store, &args.data_dir, cache_bytes).map_err(|e| match e {
-        // These name the data dir and what to do themselves.
-        StoreError::Locked { .. } | StoreError::WrongStore { .. } => e.to_string(),
-        e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
-    })?;
+    let store = match args.store {
+        StoreKind::Postgres => {
+            let url = args.postgres_url.as_deref().ok_or(
+                "--store postgres needs --postgres-url (or OJSD_POSTGRES_URL)".to_string(),
+            )?;
+            let node = args.node_id.clone().unwrap_or_else(store::default_node_id);
+            let mut opts = store::PostgresOptions::new(url, &node);
+            opts.schema = args.postgres_schema.clone();
+            opts.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
+            opts.renew_every = opts.lease_ttl / 5;
+            opts.acquire_wait = opts.lease_ttl * 2;
+            store::open_postgres(&opts).map_err(|e| match e {
+                StoreError::Leased { .. } => e.to_string(),
+                e => format!("cannot open the postgres store: {e}"),
+            })?
+        }
+        kind => store::open(kind, &args.data_dir, cache_bytes).map_err(|e| match e {
+            // These name the data dir and what to do themselves.
+            StoreError::Locked { .. } | StoreError::WrongStore { .. } => e.to_string(),
+            e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
+        })?,
+    };
     tracing::info!(
         store = %args.store,
         ms = opening.elapsed().as_millis() as u64,

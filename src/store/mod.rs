@@ -1,6 +1,8 @@
-//! Persistence behind one narrow trait, with two implementations: fjall (the default, in
-//! `fjall_store.rs`) and sled (`--store sled`, in `sled_store.rs`). Only those two files
-//! name either crate; the rest of ojsd opens a store with [`open`] and sees `dyn Store`.
+//! Persistence behind one narrow trait, with three implementations: fjall (the default, in
+//! `fjall_store.rs`), sled (`--store sled`, in `sled_store.rs`) and PostgreSQL (`--store
+//! postgres`, in `postgres_store.rs`, the first piece of cluster mode). Only those files
+//! name a database crate; the rest of ojsd opens a store with [`open`] (or
+//! [`open_postgres`]) and sees `dyn Store`.
 //!
 //! The engine addresses records by [`Space`] (jobs, metadata, the event log, cron,
 //! workflows) and a key within it. A [`Batch`] carries each key with its space's two-byte
@@ -16,16 +18,20 @@
 //! rather than refused (see [`open`]).
 
 mod fjall_store;
+mod postgres_schema;
+mod postgres_store;
 mod sled_store;
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 
 pub use fjall_store::FjallStore;
+pub use postgres_store::PostgresStore;
 pub use sled_store::SledStore;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The default cache of the embedded database, MiB: fjall's block cache, or sled's page
 /// cache. sled's memory use runs well above this figure; 128 keeps 1M queued jobs under
@@ -39,6 +45,9 @@ pub enum StoreKind {
     Fjall,
     /// sled 0.34: one B-tree-like log-structured tree (ojsd's store before fjall).
     Sled,
+    /// PostgreSQL (--postgres-url): the records in table `ojs_kv` under a fenced lease
+    /// on partition 0; the data dir is not used.
+    Postgres,
 }
 
 impl StoreKind {
@@ -49,6 +58,7 @@ impl StoreKind {
         match self {
             StoreKind::Fjall => "fjall",
             StoreKind::Sled => "sled",
+            StoreKind::Postgres => "postgres",
         }
     }
 
@@ -69,6 +79,7 @@ impl StoreKind {
         match name {
             "fjall" => Some(StoreKind::Fjall),
             "sled" => Some(StoreKind::Sled),
+            "postgres" => Some(StoreKind::Postgres),
             _ => None,
         }
     }
@@ -101,6 +112,12 @@ pub enum StoreError {
     UnknownMarker { path: PathBuf, text: String },
     /// Anything else on the way to or from the store (e.g. a rebuild reader thread panicked).
     Other(String),
+    /// This node no longer holds the partition it writes (PostgreSQL store): another node
+    /// took it over (its epoch moved on), or the lease ran out on this node's clock. The
+    /// write or sync did not happen, and no later one will.
+    Fenced(String),
+    /// Another node holds partition `part`'s lease and did not let it go in time.
+    Leased { part: u32, owner: String },
 }
 
 impl fmt::Display for StoreError {
@@ -126,6 +143,12 @@ impl fmt::Display for StoreError {
             ),
             StoreError::Corrupt(m) => write!(f, "store: corrupt data: {m}"),
             StoreError::Backend(m) | StoreError::Other(m) => write!(f, "store: {m}"),
+            StoreError::Fenced(m) => write!(f, "store: fenced: {m}"),
+            StoreError::Leased { part, owner } => write!(
+                f,
+                "partition {part} is leased by node {owner:?}; it is released when that \
+                 node stops, or expires once it stops renewing it"
+            ),
         }
     }
 }
@@ -316,7 +339,8 @@ pub fn written_by(dir: &Path) -> StoreResult<Option<StoreKind>> {
             let format = words.next().and_then(|v| v.parse::<u32>().ok());
             match (kind, format, words.next()) {
                 (Some(kind), Some(format), None)
-                    if (StoreKind::OLDEST_FORMAT..=kind.format()).contains(&format) =>
+                    if kind != StoreKind::Postgres
+                        && (StoreKind::OLDEST_FORMAT..=kind.format()).contains(&format) =>
                 {
                     Ok(Some(kind))
                 }
@@ -367,6 +391,11 @@ fn write_marker(dir: &Path, kind: StoreKind) -> StoreResult<()> {
 /// directory without a marker that holds a complete store (an ojsd from before markers) is
 /// opened as it is and marked.
 pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dyn Store>> {
+    if kind == StoreKind::Postgres {
+        return Err(StoreError::Other(
+            "the postgres store has no data dir: open it with open_postgres".into(),
+        ));
+    }
     ensure_dir(dir)?;
     let found = written_by(dir)?;
     if let Some(found) = found.filter(|f| *f != kind) {
@@ -382,6 +411,7 @@ pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dy
     let store: Box<dyn Store> = match kind {
         StoreKind::Fjall => Box::new(FjallStore::open(dir, cache_bytes)?),
         StoreKind::Sled => Box::new(SledStore::open(dir, cache_bytes)?),
+        StoreKind::Postgres => unreachable!("refused above"),
     };
     // Only now, with the store's lock held: a second ojsd refused as Locked writes nothing.
     // An older format's marker is raised to this one, since what is written from now on
@@ -397,6 +427,61 @@ pub fn open(kind: StoreKind, dir: &Path, cache_bytes: u64) -> StoreResult<Box<dy
         write_marker(dir, kind)?;
     }
     Ok(store)
+}
+
+/// Where and as whom the PostgreSQL store runs (`--postgres-url` and its neighbours).
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// A libpq-style URL or key=value string (`postgres://user:pw@host:5432/db`).
+    pub url: String,
+    /// The schema holding ojsd's tables (created if missing).
+    pub schema: String,
+    /// This node's id in `ojs_partitions.owner` and `ojs_nodes`.
+    pub node: String,
+    /// The partition this store serves (0 in this increment).
+    pub part: u32,
+    /// How long a lease lasts past its last renewal (database time).
+    pub lease_ttl: Duration,
+    /// How often it is renewed.
+    pub renew_every: Duration,
+    /// How long opening waits for another node's lease to be released or expire.
+    pub acquire_wait: Duration,
+}
+
+impl PostgresOptions {
+    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+
+    /// The defaults: schema `public`, partition 0, a 5 s lease renewed every second, and
+    /// an open that waits up to twice the lease for a previous owner's to expire.
+    pub fn new(url: &str, node: &str) -> PostgresOptions {
+        PostgresOptions {
+            url: url.to_string(),
+            schema: "public".to_string(),
+            node: node.to_string(),
+            part: 0,
+            lease_ttl: Self::DEFAULT_LEASE_TTL,
+            renew_every: Duration::from_secs(1),
+            acquire_wait: Self::DEFAULT_LEASE_TTL * 2,
+        }
+    }
+}
+
+/// Open the PostgreSQL store (see `postgres_store.rs`): migrate the schema, take the
+/// partition's lease. Nothing is written to any local directory.
+pub fn open_postgres(opts: &PostgresOptions) -> StoreResult<Box<dyn Store>> {
+    Ok(Box::new(PostgresStore::open(opts)?))
+}
+
+/// A node id for `--node-id` when none is given: `<hostname>-<pid>`. It is persisted
+/// nowhere, so a restarted ojsd is another node and waits for its predecessor's lease to
+/// expire (at most the lease TTL after a crash; a clean stop releases it).
+pub fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "ojsd".to_string());
+    format!("{host}-{}", std::process::id())
 }
 
 /// fsync every file and directory under `dir` (directories after what they hold), skipping

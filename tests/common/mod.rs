@@ -2,7 +2,9 @@
 //! talk to it over sockets, stop it politely (SIGTERM) or not (SIGKILL), restart it on the
 //! same data. Servers run with `--test-clock`, so tests move time with `CLOCK ADVANCE`
 //! instead of sleeping. `OJSD_TEST_STORE=sled` runs them on sled instead of the default
-//! store.
+//! store; `OJSD_TEST_STORE=postgres` on the PostgreSQL store in `OJSD_TEST_POSTGRES_URL`,
+//! each server in a schema of its own and under a node id of its own that a restart keeps
+//! (so a restarted server takes its partition back at once, as a restarted node would).
 #![allow(dead_code)]
 
 use ojs_client::{Client, ConnectOptions, Reply};
@@ -29,6 +31,8 @@ pub struct Server {
     extra: Vec<String>,
     /// `ulimit -n` for the server process, when a test wants it to run short of descriptors.
     fd_limit: Option<u32>,
+    /// With the postgres store: this server's schema, also its node id.
+    pg_schema: String,
 }
 
 /// The flags every test server gets unless a test overrides them: a flag repeated in
@@ -77,6 +81,7 @@ impl Server {
             data,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             fd_limit,
+            pg_schema: format!("t_{:016x}", rand_u64()),
         };
         s.spawn();
         s
@@ -108,6 +113,11 @@ impl Server {
                 .any(|e| e == "--store" || e.starts_with("--store="))
             {
                 command.args(["--store", &store]);
+                if store == "postgres" {
+                    command.args(["--postgres-url", &test_postgres_url()]);
+                    command.args(["--postgres-schema", &self.pg_schema]);
+                    command.args(["--node-id", &self.pg_schema]);
+                }
             }
         }
         let mut child = command
@@ -187,6 +197,28 @@ impl Server {
         child.wait().ok().and_then(|s| s.code())
     }
 
+    /// Send a signal (`-STOP`, `-CONT`, ...) to the server process.
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            signal(c.id(), sig);
+        }
+    }
+
+    /// Wait up to `limit` for the server to exit by itself; its exit code if it did.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> Option<i32> {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < limit {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Some(status.code().unwrap_or(-1));
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+
     /// SIGKILL: the process gets no chance to flush anything.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -216,6 +248,26 @@ pub fn test_store() -> Option<String> {
     std::env::var("OJSD_TEST_STORE")
         .ok()
         .filter(|s| !s.is_empty())
+}
+
+/// The test database for `OJSD_TEST_STORE=postgres` (.ci/run starts one and sets it).
+pub fn test_postgres_url() -> String {
+    std::env::var("OJSD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .expect("OJSD_TEST_STORE=postgres needs OJSD_TEST_POSTGRES_URL")
+}
+
+/// A random number for names (no rand crate in the tests' dependencies).
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// `BASE_ARGS` minus the flags (with their values) that `extra` sets itself.

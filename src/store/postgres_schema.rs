@@ -1,0 +1,178 @@
+//! The PostgreSQL store's schema and lease acquisition: ojsd's own migrations, versioned in
+//! `ojs_meta`, run in one transaction under an advisory lock (so that nodes starting at
+//! once are safe), and taking a partition (see `postgres_store.rs`).
+
+use super::postgres_store::{err, pool_err};
+use super::{StoreError, StoreResult};
+use deadpool_postgres::Pool;
+use std::time::{Duration, Instant};
+
+/// The layout this build writes (`ojs_meta.schema_version`): each step of [`MIGRATIONS`].
+pub const SCHEMA_VERSION: usize = 1;
+/// Migration steps; step `i` takes the schema from version `i` to `i + 1`. `{s}` is the
+/// quoted schema name.
+const MIGRATIONS: [&str; SCHEMA_VERSION] = ["
+CREATE TABLE {s}.ojs_nodes (node text PRIMARY KEY, peer_addr text, heartbeat_at timestamptz);
+CREATE TABLE {s}.ojs_partitions (part int PRIMARY KEY, owner text, epoch bigint NOT NULL,
+    lease_until timestamptz);
+CREATE TABLE {s}.ojs_kv (part int NOT NULL, space smallint NOT NULL, key bytea NOT NULL,
+    value bytea NOT NULL, PRIMARY KEY (part, space, key));
+INSERT INTO {s}.ojs_meta (key, value) VALUES ('partitions', '1');
+"];
+
+/// A schema name as SQL: letters, digits and `_` only (it is spliced into statements).
+pub(super) fn quote_schema(schema: &str) -> StoreResult<String> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !schema.as_bytes()[0].is_ascii_digit();
+    if !ok {
+        return Err(StoreError::Other(format!(
+            "postgres schema name {schema:?}: use 1 to 63 letters, digits and _, not \
+             starting with a digit"
+        )));
+    }
+    Ok(format!("\"{schema}\""))
+}
+
+pub(super) fn heartbeat_sql(s: &str) -> String {
+    format!(
+        "INSERT INTO {s}.ojs_nodes (node, heartbeat_at) VALUES ($1, now()) \
+         ON CONFLICT (node) DO UPDATE SET heartbeat_at = now()"
+    )
+}
+
+/// Create or migrate the schema in one transaction under an advisory lock.
+pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str) -> StoreResult<()> {
+    let mut client = pool.get().await.map_err(pool_err)?;
+    let tx = client.transaction().await.map_err(err)?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('ojsd-migrate:' || $1::text))",
+        &[&schema],
+    )
+    .await
+    .map_err(err)?;
+    // CREATE SCHEMA checks the CREATE privilege on the database even when the schema
+    // exists, so a role that may only use its schema (`public`, say) asks first.
+    let exists = tx
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await
+        .map_err(err)?;
+    if exists.is_none() {
+        tx.batch_execute(&format!("CREATE SCHEMA {s}"))
+            .await
+            .map_err(err)?;
+    }
+    tx.batch_execute(&format!(
+        "CREATE TABLE IF NOT EXISTS {s}.ojs_meta (key text PRIMARY KEY, value text NOT NULL)"
+    ))
+    .await
+    .map_err(err)?;
+    let row = tx
+        .query_opt(
+            &format!("SELECT value FROM {s}.ojs_meta WHERE key = 'schema_version'"),
+            &[],
+        )
+        .await
+        .map_err(err)?;
+    let found: usize = match row {
+        None => 0,
+        Some(r) => {
+            let v: String = r.get(0);
+            v.parse()
+                .map_err(|_| StoreError::Corrupt(format!("ojs_meta.schema_version is {v:?}")))?
+        }
+    };
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::Backend(format!(
+            "the postgres schema {schema} is at version {found}; this ojsd knows up to \
+             {SCHEMA_VERSION} (was it written by a newer ojsd?)"
+        )));
+    }
+    for step in &MIGRATIONS[found..] {
+        tx.batch_execute(&step.replace("{s}", s))
+            .await
+            .map_err(err)?;
+    }
+    if found < SCHEMA_VERSION {
+        tx.execute(
+            &format!(
+                "INSERT INTO {s}.ojs_meta (key, value) VALUES ('schema_version', $1) \
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+            ),
+            &[&SCHEMA_VERSION.to_string()],
+        )
+        .await
+        .map_err(err)?;
+        tracing::info!(
+            schema,
+            from = found,
+            to = SCHEMA_VERSION,
+            "migrated the postgres schema"
+        );
+    }
+    tx.commit().await.map_err(err)
+}
+
+/// Take partition `part` for `node`, waiting up to `wait` for another owner's lease to
+/// expire. Returns the new epoch and when the winning statement was sent.
+pub(super) async fn acquire(
+    pool: &Pool,
+    s: &str,
+    part: i32,
+    node: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> StoreResult<(i64, Instant)> {
+    let client = pool.get().await.map_err(pool_err)?;
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {s}.ojs_partitions (part, owner, epoch, lease_until) \
+                 VALUES ($1, NULL, 0, NULL) ON CONFLICT (part) DO NOTHING"
+            ),
+            &[&part],
+        )
+        .await
+        .map_err(err)?;
+    client
+        .execute(&heartbeat_sql(s), &[&node])
+        .await
+        .map_err(err)?;
+    let take = format!(
+        "UPDATE {s}.ojs_partitions SET owner = $2, epoch = epoch + 1, \
+         lease_until = now() + $3::bigint * interval '1 millisecond' \
+         WHERE part = $1 AND (owner IS NULL OR owner = $2 OR lease_until < now()) \
+         RETURNING epoch"
+    );
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let t0 = Instant::now();
+    loop {
+        let sent = Instant::now();
+        if let Some(row) = client
+            .query_opt(&take, &[&part, &node, &ttl_ms])
+            .await
+            .map_err(err)?
+        {
+            return Ok((row.get(0), sent));
+        }
+        if t0.elapsed() >= wait {
+            let owner = client
+                .query_opt(
+                    &format!("SELECT owner FROM {s}.ojs_partitions WHERE part = $1"),
+                    &[&part],
+                )
+                .await
+                .map_err(err)?
+                .and_then(|r| r.get::<_, Option<String>>(0))
+                .unwrap_or_default();
+            return Err(StoreError::Leased {
+                part: part as u32,
+                owner,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,745 @@
+//! The PostgreSQL implementation of `Store` (`--store postgres`): the first piece of cluster
+//! mode (shared/design/cluster.md). One store serves one partition of the cluster's data
+//! under a lease that fences every commit.
+//!
+//! # Tables
+//!
+//! ojsd creates and migrates its own tables, in the schema it is given (`--postgres-schema`,
+//! default `public`), versioned in `ojs_meta` (`schema_version`, `partitions`):
+//! `ojs_nodes(node, peer_addr, heartbeat_at)`, `ojs_partitions(part, owner, epoch,
+//! lease_until)` and `ojs_kv(part, space, key, value)`, which holds the engine's records
+//! exactly as fjall does (one row per key of a [`Space`], key without its prefix). The
+//! migration runs in one transaction under a transaction-scoped advisory lock, so two nodes
+//! starting at once neither race on `CREATE` nor apply a step twice; a schema newer than
+//! this build knows is refused. This increment has one partition (0).
+//!
+//! # Overlay and group commit
+//!
+//! [`Store::write`] appends the batch to an in-memory overlay (per space, an ordered map of
+//! key to value or tombstone, each stamped with its batch's number) that every read merges
+//! over PostgreSQL, so a write is visible at once. [`Syncer::sync`] takes every pending
+//! batch, folds them into their net effect (the last op on a key wins) and commits that in
+//! ONE transaction (a `DELETE ... USING unnest(...)` and an `INSERT ... SELECT unnest(...)
+//! ON CONFLICT DO UPDATE`), then drops from the overlay each entry no later batch has
+//! overwritten. A crash loses the pending batches whole and never keeps a later one without
+//! an earlier one, since they commit together or not at all and syncs are serialised.
+//! [`Store::commit`] is `write` then `sync`. The overlay holds at most what the engine has
+//! in flight (`MAX_UNSYNCED` batches, engine/commit.rs); past [`OVERLAY_MAX_BYTES`] of
+//! pending values a `write` syncs on its own first, so the overlay stays bounded whoever
+//! calls it.
+//!
+//! A read holds the overlay's read lock while it asks PostgreSQL, and a sync removes
+//! entries only under the write lock after its transaction committed: so a reader sees an
+//! entry either in the overlay or in the table, never in neither. Scans go in pages of
+//! [`PAGE_ROWS`] keys (keyset pagination on the primary key), each merged with the overlay
+//! entries of its key range, and the lock is released before the callback runs; a scan is
+//! not a snapshot across pages (as with sled).
+//!
+//! # The lease and the fence
+//!
+//! Opening takes the partition: `UPDATE ojs_partitions SET owner = node, epoch = epoch + 1,
+//! lease_until = now() + ttl WHERE part = p AND (owner IS NULL OR owner = node OR
+//! lease_until < now())` (database time is the lease clock), retried until
+//! `acquire_wait`, then refused as [`StoreError::Leased`]. A task renews the lease every
+//! `renew_every`; a renewal that finds the row taken marks the lease lost. Every sync's
+//! transaction first runs `SELECT 1 FROM ojs_partitions WHERE part = p AND epoch = e FOR
+//! SHARE`: a takeover's `epoch + 1` waits for that lock, and once it has committed the old
+//! owner's next transaction finds no row, rolls back, and fails with
+//! [`StoreError::Fenced`]. The node's own monotonic clock also stops it: when the last
+//! successful renewal was sent more than `ttl - ttl/5` ago, writes and syncs fail with
+//! `Fenced` without asking the database. A fenced store (or one whose sync failed for any
+//! other reason: its outcome is unknown) refuses every later write; the engine then
+//! answers the waiting clients with an error and stops, so nothing is acknowledged that
+//! was not committed under the lease. Dropping the store releases the lease (`owner =
+//! NULL`, same epoch), so a successor need not wait out the TTL.
+//!
+//! The store owns a small tokio runtime (two workers, `ojsd-pg`) on which the pool's
+//! connections and the renewal run; the trait's synchronous calls come from the engine's,
+//! the syncer's and the rebuild's own threads and wait on it with `block_on`. They must
+//! never be made from inside another tokio runtime.
+
+use super::{Batch, Bounds, Op, PostgresOptions, Space, Store, StoreError, StoreResult, Syncer};
+use bytes::Bytes;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio_postgres::NoTls;
+
+use super::postgres_schema::{acquire, heartbeat_sql, migrate, quote_schema};
+
+/// Rows per page of a scan.
+pub const PAGE_ROWS: i64 = 256;
+/// Bytes of pending values past which `write` syncs before taking more.
+pub const OVERLAY_MAX_BYTES: usize = 64 << 20;
+/// Connections in the pool: the engine, the syncer, the lease, and the rebuild's scanners.
+const POOL_SIZE: usize = 8;
+
+pub(super) fn err(e: tokio_postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        Some(db) => StoreError::Backend(format!(
+            "postgres: {}: {} ({})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        )),
+        None => StoreError::Backend(format!("postgres: {e}")),
+    }
+}
+
+pub(super) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => err(e),
+        e => StoreError::Backend(format!("postgres pool: {e}")),
+    }
+}
+
+/// The lease, shared with the renewal task (which holds nothing else of the store, so the
+/// store and its runtime are never dropped on one of the runtime's own threads).
+struct Lease {
+    pool: Pool,
+    renew_sql: String,
+    heartbeat_sql: String,
+    part: i32,
+    node: String,
+    epoch: i64,
+    ttl: Duration,
+    /// When the last successful renewal (or the acquisition) was sent.
+    renewed_at: Mutex<Instant>,
+    /// A renewal found the partition owned by a later epoch.
+    lost: AtomicBool,
+    stop: tokio::sync::Notify,
+    /// Test hook: a frozen node (no renewals).
+    paused: AtomicBool,
+}
+
+impl Lease {
+    fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// `Fenced` once the lease is lost or, on this node's monotonic clock, about to expire.
+    fn check(&self) -> StoreResult<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(self.fenced("a renewal found it taken over"));
+        }
+        let age = self.renewed_at.lock().unwrap().elapsed();
+        if age + self.ttl / 5 >= self.ttl {
+            return Err(self.fenced(&format!(
+                "its last renewal was {} ms ago, the lease lasts {} ms",
+                age.as_millis(),
+                self.ttl.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    fn fenced(&self, why: &str) -> StoreError {
+        StoreError::Fenced(format!(
+            "node {} no longer holds partition {} at epoch {}: {why}",
+            self.node, self.part, self.epoch
+        ))
+    }
+
+    async fn renew(&self) -> Result<u64, StoreError> {
+        let client = self.pool.get().await.map_err(pool_err)?;
+        let n = client
+            .execute(
+                &self.renew_sql,
+                &[&self.part, &self.node, &self.epoch, &self.ttl_ms()],
+            )
+            .await
+            .map_err(err)?;
+        client
+            .execute(&self.heartbeat_sql, &[&self.node])
+            .await
+            .map_err(err)?;
+        Ok(n)
+    }
+
+    async fn renew_loop(self: Arc<Lease>, every: Duration) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = self.stop.notified() => return,
+            }
+            if self.paused.load(Ordering::SeqCst) {
+                continue;
+            }
+            let sent = Instant::now();
+            match tokio::time::timeout(self.ttl, self.renew()).await {
+                Ok(Ok(1)) => {
+                    let mut at = self.renewed_at.lock().unwrap();
+                    *at = (*at).max(sent);
+                }
+                Ok(Ok(_)) => {
+                    self.lost.store(true, Ordering::SeqCst);
+                    tracing::error!(part = self.part, epoch = self.epoch, node = %self.node,
+                        "lost the partition's lease to another node; refusing writes");
+                    return;
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
+                Err(_) => tracing::warn!("lease renewal timed out"),
+            }
+        }
+    }
+}
+
+/// One pending batch: its ops, last op per key only, in the order written.
+struct Pending {
+    seq: u64,
+    ops: Vec<(Space, Vec<u8>, Option<Bytes>)>,
+}
+
+type Entry = (u64, Option<Bytes>);
+/// A batch's last op on a key: its position in the batch, its space, value or tombstone.
+type LastOp = (usize, Space, Option<Bytes>);
+
+#[derive(Default)]
+struct Overlay {
+    /// In the order of [`Space::ALL`]: key -> (batch number, value or tombstone).
+    spaces: [BTreeMap<Vec<u8>, Entry>; 5],
+    /// Written and not yet taken by a sync.
+    pending: Vec<Pending>,
+    last_seq: u64,
+    /// Bytes of keys and values in `spaces`.
+    bytes: usize,
+}
+
+/// SQL with the schema spliced in.
+struct Sql {
+    get: String,
+    fence: String,
+    delete: String,
+    upsert: String,
+    size: String,
+    release: String,
+    kv: String,
+}
+
+struct Shared {
+    rt: Option<tokio::runtime::Runtime>,
+    pool: Pool,
+    sql: Sql,
+    lease: Arc<Lease>,
+    overlay: RwLock<Overlay>,
+    /// Held across a whole sync, so that syncs commit batches in order.
+    sync_lock: Mutex<()>,
+    /// Why the store refuses writes: fenced, or a sync failed and its outcome is unknown.
+    failed: Mutex<Option<StoreError>>,
+    /// Test hook: skip the clock check so that only the database's fence stands.
+    clock_check: AtomicBool,
+}
+
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+}
+
+fn copy_err(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Fenced(m) => StoreError::Fenced(m.clone()),
+        e => StoreError::Backend(format!("an earlier sync failed: {e}")),
+    }
+}
+
+impl Shared {
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.as_ref().expect("the store's runtime").block_on(f)
+    }
+
+    fn writable(&self) -> StoreResult<()> {
+        if let Some(e) = self.failed.lock().unwrap().as_ref() {
+            return Err(copy_err(e));
+        }
+        let lease = if self.clock_check.load(Ordering::SeqCst) {
+            self.lease.check()
+        } else if self.lease.lost.load(Ordering::SeqCst) {
+            Err(self.lease.fenced("a renewal found it taken over"))
+        } else {
+            Ok(())
+        };
+        if let Err(e) = &lease {
+            // For good: a renewal that gets through later must not let batches the engine
+            // already failed reach the table.
+            *self.failed.lock().unwrap() = Some(copy_err(e));
+        }
+        lease
+    }
+
+    fn sync(&self) -> StoreResult<()> {
+        let _order = self.sync_lock.lock().unwrap();
+        self.writable()?;
+        let batches = std::mem::take(&mut self.overlay.write().unwrap().pending);
+        let Some(upto) = batches.last().map(|b| b.seq) else {
+            return Ok(());
+        };
+        // The net effect, in key order (so that concurrent transactions lock rows alike).
+        let mut net: BTreeMap<(i16, &[u8]), Option<&Bytes>> = BTreeMap::new();
+        for b in &batches {
+            for (space, key, value) in &b.ops {
+                net.insert((space.index() as i16, key.as_slice()), value.as_ref());
+            }
+        }
+        let (mut del_s, mut del_k, mut put_s, mut put_k, mut put_v) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for ((space, key), value) in &net {
+            match value {
+                Some(v) => {
+                    put_s.push(*space);
+                    put_k.push(*key);
+                    put_v.push(&v[..]);
+                }
+                None => {
+                    del_s.push(*space);
+                    del_k.push(*key);
+                }
+            }
+        }
+        let lease = &self.lease;
+        let result = self.block_on(async {
+            let mut client = self.pool.get().await.map_err(pool_err)?;
+            let tx = client.transaction().await.map_err(err)?;
+            let fence = tx.prepare_cached(&self.sql.fence).await.map_err(err)?;
+            if tx
+                .query(&fence, &[&lease.part, &lease.epoch])
+                .await
+                .map_err(err)?
+                .is_empty()
+            {
+                let _ = tx.rollback().await;
+                return Err(lease.fenced("the partition's epoch moved on (taken over)"));
+            }
+            if !del_s.is_empty() {
+                let st = tx.prepare_cached(&self.sql.delete).await.map_err(err)?;
+                tx.execute(&st, &[&lease.part, &del_s, &del_k])
+                    .await
+                    .map_err(err)?;
+            }
+            if !put_s.is_empty() {
+                let st = tx.prepare_cached(&self.sql.upsert).await.map_err(err)?;
+                tx.execute(&st, &[&lease.part, &put_s, &put_k, &put_v])
+                    .await
+                    .map_err(err)?;
+            }
+            tx.commit().await.map_err(err)
+        });
+        if let Err(e) = result {
+            tracing::error!(error = %e, "postgres commit failed; refusing further writes");
+            *self.failed.lock().unwrap() = Some(copy_err(&e));
+            return Err(e);
+        }
+        let mut o = self.overlay.write().unwrap();
+        for ((space, key), _) in net {
+            let map = &mut o.spaces[space as usize];
+            if map.get(key).is_some_and(|(seq, _)| *seq <= upto) {
+                if let Some((_, v)) = map.remove(key) {
+                    let freed = key.len() + v.map_or(0, |v| v.len());
+                    o.bytes = o.bytes.saturating_sub(freed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Visit the merged records of `space` with keys in `(lo, hi)`, ascending or (with
+    /// `reverse`) descending, until `f` returns false.
+    fn range(
+        &self,
+        space: Space,
+        mut lo: Bound<Vec<u8>>,
+        mut hi: Bound<Vec<u8>>,
+        reverse: bool,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> StoreResult<()> {
+        let sp = space.index() as i16;
+        loop {
+            let mut sql = self.sql.kv.clone();
+            let mut params: Vec<Vec<u8>> = Vec::new();
+            for (bound, (incl, excl)) in [(&lo, (">=", ">")), (&hi, ("<=", "<"))] {
+                let (op, k) = match bound {
+                    Bound::Included(k) => (incl, k),
+                    Bound::Excluded(k) => (excl, k),
+                    Bound::Unbounded => continue,
+                };
+                params.push(k.clone());
+                sql.push_str(&format!(" AND key {op} ${}", params.len() + 3));
+            }
+            sql.push_str(if reverse {
+                " ORDER BY key DESC"
+            } else {
+                " ORDER BY key"
+            });
+            sql.push_str(" LIMIT $3");
+            let guard = self.overlay.read().unwrap();
+            let rows = self.block_on(async {
+                let client = self.pool.get().await.map_err(pool_err)?;
+                let st = client.prepare_cached(&sql).await.map_err(err)?;
+                let mut p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                    vec![&self.lease.part, &sp, &PAGE_ROWS];
+                for k in &params {
+                    p.push(k);
+                }
+                client.query(&st, &p).await.map_err(err)
+            })?;
+            let full = rows.len() as i64 == PAGE_ROWS;
+            let mut page: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            for row in &rows {
+                page.insert(row.get(0), row.get(1));
+            }
+            // The page covers the range up to its last key when full, else the rest.
+            let last = rows.last().map(|r| r.get::<_, Vec<u8>>(0));
+            let (plo, phi) = match (&last, full, reverse) {
+                (Some(k), true, false) => (lo.clone(), Bound::Included(k.clone())),
+                (Some(k), true, true) => (Bound::Included(k.clone()), hi.clone()),
+                _ => (lo.clone(), hi.clone()),
+            };
+            if valid(&plo, &phi) {
+                let range = (as_ref(&plo), as_ref(&phi));
+                for (k, (_, v)) in guard.spaces[space.index()].range::<[u8], _>(range) {
+                    match v {
+                        Some(v) => page.insert(k.clone(), v.to_vec()),
+                        None => page.remove(k),
+                    };
+                }
+            }
+            drop(guard);
+            let go_on = if reverse {
+                page.iter().rev().all(|(k, v)| f(k, v))
+            } else {
+                page.iter().all(|(k, v)| f(k, v))
+            };
+            match last {
+                Some(k) if full && go_on => {
+                    if reverse {
+                        hi = Bound::Excluded(k);
+                    } else {
+                        lo = Bound::Excluded(k);
+                    }
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Whether `BTreeMap::range` takes these bounds (it panics on an empty or inverted one).
+fn valid(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a <= b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
+        _ => true,
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.lease.stop.notify_one();
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Dropped inside some runtime, where `block_on` is not allowed: the lease then
+            // expires by itself.
+            if let Some(rt) = self.rt.take() {
+                rt.shutdown_background();
+            }
+            return;
+        }
+        let lease = self.lease.clone();
+        let release = self.sql.release.clone();
+        let pool = self.pool.clone();
+        // Give the partition back at once (same epoch: nothing of ours is fenced by it).
+        let released = self.block_on(async move {
+            tokio::time::timeout(Duration::from_secs(2), async {
+                let client = pool.get().await.ok()?;
+                client
+                    .execute(&release, &[&lease.part, &lease.node, &lease.epoch])
+                    .await
+                    .ok()
+            })
+            .await
+        });
+        if released.ok().flatten().is_none() {
+            tracing::warn!("could not release the partition's lease; it expires by itself");
+        }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Connect, create or migrate the schema, take the partition's lease and start renewing
+    /// it (see the module docs).
+    pub fn open(opts: &PostgresOptions) -> StoreResult<PostgresStore> {
+        let s = quote_schema(&opts.schema)?;
+        let pg: tokio_postgres::Config = opts
+            .url
+            .parse()
+            .map_err(|e| StoreError::Other(format!("--postgres-url: {e}")))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ojsd-pg")
+            .enable_all()
+            .build()?;
+        let mgr = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| StoreError::Other(format!("postgres pool: {e}")))?;
+        let part = i32::try_from(opts.part).map_err(|_| StoreError::Other("partition".into()))?;
+        let (epoch, renewed_at) = rt.block_on(async {
+            migrate(&pool, &s, &opts.schema).await?;
+            acquire(
+                &pool,
+                &s,
+                part,
+                &opts.node,
+                opts.lease_ttl,
+                opts.acquire_wait,
+            )
+            .await
+        })?;
+        tracing::info!(part, epoch, node = %opts.node, "took the partition's lease");
+        let lease = Arc::new(Lease {
+            pool: pool.clone(),
+            renew_sql: format!(
+                "UPDATE {s}.ojs_partitions SET lease_until = now() + $4::bigint * interval '1 millisecond' \
+                 WHERE part = $1 AND owner = $2 AND epoch = $3"
+            ),
+            heartbeat_sql: heartbeat_sql(&s),
+            part,
+            node: opts.node.clone(),
+            epoch,
+            ttl: opts.lease_ttl,
+            renewed_at: Mutex::new(renewed_at),
+            lost: AtomicBool::new(false),
+            stop: tokio::sync::Notify::new(),
+            paused: AtomicBool::new(false),
+        });
+        rt.spawn(lease.clone().renew_loop(opts.renew_every));
+        let sql = Sql {
+            get: format!(
+                "SELECT value FROM {s}.ojs_kv WHERE part = $1 AND space = $2 AND key = $3"
+            ),
+            fence: format!(
+                "SELECT 1 FROM {s}.ojs_partitions WHERE part = $1 AND epoch = $2 FOR SHARE"
+            ),
+            delete: format!(
+                "DELETE FROM {s}.ojs_kv k USING unnest($2::int2[], $3::bytea[]) AS d(space, key) \
+                 WHERE k.part = $1 AND k.space = d.space AND k.key = d.key"
+            ),
+            upsert: format!(
+                "INSERT INTO {s}.ojs_kv (part, space, key, value) \
+                 SELECT $1, * FROM unnest($2::int2[], $3::bytea[], $4::bytea[]) \
+                 ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
+            ),
+            size: format!("SELECT pg_total_relation_size('{s}.ojs_kv'::regclass)"),
+            release: format!(
+                "UPDATE {s}.ojs_partitions SET owner = NULL, lease_until = NULL \
+                 WHERE part = $1 AND owner = $2 AND epoch = $3"
+            ),
+            kv: format!("SELECT key, value FROM {s}.ojs_kv WHERE part = $1 AND space = $2"),
+        };
+        Ok(PostgresStore {
+            shared: Arc::new(Shared {
+                rt: Some(rt),
+                pool,
+                sql,
+                lease,
+                overlay: RwLock::new(Overlay::default()),
+                sync_lock: Mutex::new(()),
+                failed: Mutex::new(None),
+                clock_check: AtomicBool::new(true),
+            }),
+        })
+    }
+
+    /// The epoch under which this store writes.
+    pub fn epoch(&self) -> i64 {
+        self.shared.lease.epoch
+    }
+
+    /// Test hook: run SQL on the store's pool (to look at or tamper with its tables).
+    #[cfg(test)]
+    pub(crate) fn sql_for_test(&self, sql: &str) -> Vec<tokio_postgres::Row> {
+        let sh = &self.shared;
+        sh.block_on(async {
+            let client = sh.pool.get().await.unwrap();
+            client.query(sql, &[]).await.unwrap()
+        })
+    }
+
+    /// Test hooks: a frozen node stops renewing; the clock check can be turned off so that
+    /// the database's fence alone is tested.
+    #[cfg(test)]
+    pub(crate) fn freeze_for_test(&self, frozen: bool, clock_check: bool) {
+        self.shared.lease.paused.store(frozen, Ordering::SeqCst);
+        self.shared.clock_check.store(clock_check, Ordering::SeqCst);
+    }
+}
+
+struct PgSyncer(Arc<Shared>);
+
+impl Syncer for PgSyncer {
+    fn sync(&mut self) -> StoreResult<()> {
+        self.0.sync()
+    }
+}
+
+impl Store for PostgresStore {
+    fn write(&mut self, batch: Batch) -> StoreResult<()> {
+        let sh = &self.shared;
+        sh.writable()?;
+        // Checked whole before any of it applies; the last op on a key wins.
+        let mut last: HashMap<(usize, Vec<u8>), LastOp> = HashMap::new();
+        for (i, op) in batch.ops.into_iter().enumerate() {
+            let (k, v) = match op {
+                Op::Put(k, v) => (k, Some(Bytes::from(v))),
+                Op::Delete(k) => (k, None),
+            };
+            let (space, key) = match Space::split(&k) {
+                Some((space, key)) if !key.is_empty() => (space, key.to_vec()),
+                _ => {
+                    return Err(StoreError::Backend(format!(
+                        "a key without a known space prefix, or empty: {k:?}"
+                    )))
+                }
+            };
+            last.insert((space.index(), key), (i, space, v));
+        }
+        if last.is_empty() {
+            return Ok(());
+        }
+        let mut ops: Vec<_> = last.into_iter().collect();
+        ops.sort_by_key(|(_, (i, _, _))| *i);
+        let too_big = {
+            let mut o = sh.overlay.write().unwrap();
+            o.last_seq += 1;
+            let seq = o.last_seq;
+            let mut pending = Vec::with_capacity(ops.len());
+            for ((_, key), (_, space, value)) in ops {
+                let size = key.len() + value.as_ref().map_or(0, |v| v.len());
+                o.bytes += size;
+                if let Some((_, old)) =
+                    o.spaces[space.index()].insert(key.clone(), (seq, value.clone()))
+                {
+                    o.bytes = o
+                        .bytes
+                        .saturating_sub(key.len() + old.map_or(0, |v| v.len()));
+                }
+                pending.push((space, key, value));
+            }
+            o.pending.push(Pending { seq, ops: pending });
+            o.bytes > OVERLAY_MAX_BYTES
+        };
+        if too_big {
+            sh.sync()?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, batch: Batch) -> StoreResult<()> {
+        self.write(batch)?;
+        self.shared.sync()
+    }
+
+    fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
+        Ok(Box::new(PgSyncer(self.shared.clone())))
+    }
+
+    fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let sh = &self.shared;
+        let guard = sh.overlay.read().unwrap();
+        if let Some((_, v)) = guard.spaces[space.index()].get(key) {
+            return Ok(v.as_ref().map(|v| v.to_vec()));
+        }
+        let sp = space.index() as i16;
+        let row = sh.block_on(async {
+            let client = sh.pool.get().await.map_err(pool_err)?;
+            let st = client.prepare_cached(&sh.sql.get).await.map_err(err)?;
+            client
+                .query_opt(&st, &[&sh.lease.part, &sp, &key])
+                .await
+                .map_err(err)
+        })?;
+        drop(guard);
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()> {
+        self.shared
+            .range(space, Bound::Unbounded, Bound::Unbounded, false, f)
+    }
+
+    fn scan_from(
+        &self,
+        space: Space,
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> StoreResult<()> {
+        let lo = Bound::Included(from.to_vec());
+        self.shared.range(space, lo, Bound::Unbounded, false, f)
+    }
+
+    fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let mut found = None;
+        let hi = Bound::Included(key.to_vec());
+        self.shared
+            .range(space, Bound::Unbounded, hi, true, &mut |k, _| {
+                found = Some(k.to_vec());
+                false
+            })?;
+        Ok(found)
+    }
+
+    fn bounds(&self, space: Space) -> StoreResult<Bounds> {
+        let mut ends = [None, None];
+        for (i, reverse) in [false, true].into_iter().enumerate() {
+            let u = Bound::Unbounded;
+            self.shared
+                .range(space, u.clone(), u, reverse, &mut |k, _| {
+                    ends[i] = Some(k.to_vec());
+                    false
+                })?;
+        }
+        let [first, last] = ends;
+        Ok((first, last))
+    }
+
+    /// `pg_total_relation_size` of `ojs_kv` (table, indexes and TOAST): every partition's
+    /// rows together, since PostgreSQL does not size a part of a table cheaply.
+    fn size_on_disk(&self) -> StoreResult<u64> {
+        let sh = &self.shared;
+        let size: i64 = sh.block_on(async {
+            let client = sh.pool.get().await.map_err(pool_err)?;
+            let row = client.query_one(&sh.sql.size, &[]).await.map_err(err)?;
+            Ok::<_, StoreError>(row.get(0))
+        })?;
+        Ok(size.max(0) as u64)
+    }
+
+    fn name(&self) -> &'static str {
+        super::StoreKind::Postgres.name()
+    }
+}
+
+#[cfg(test)]
+#[path = "postgres_tests.rs"]
+mod tests;

@@ -1,0 +1,290 @@
+//! Tests of what only the PostgreSQL store has: the lease and its fence, and reads that
+//! merge the overlay over pages of the table. They need `OJSD_TEST_POSTGRES_URL` (.ci/run
+//! sets it) and are skipped with a notice without it. The store's behaviour as a `Store`
+//! is checked by the conformance suite (conformance.rs), which runs against it too.
+
+use super::*;
+use crate::store::conformance::pg_options;
+use crate::store::postgres_schema::SCHEMA_VERSION;
+use std::path::Path;
+
+fn options(dir: &Path, node: &str) -> Option<PostgresOptions> {
+    let mut o = pg_options(dir)?;
+    o.node = node.into();
+    o.lease_ttl = Duration::from_millis(1000);
+    o.renew_every = Duration::from_millis(200);
+    o.acquire_wait = Duration::ZERO;
+    Some(o)
+}
+
+fn skipped() -> bool {
+    let skip = crate::store::conformance::pg_url().is_none();
+    if skip {
+        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
+    }
+    skip
+}
+
+fn put(key: &str) -> Batch {
+    let mut b = Batch::default();
+    b.put(Space::Job, key.as_bytes(), key.as_bytes().to_vec());
+    b
+}
+
+fn rows(s: &PostgresStore, schema: &str) -> Vec<String> {
+    s.sql_for_test(&format!(
+        "SELECT convert_from(key, 'UTF8') FROM {schema}.ojs_kv ORDER BY key"
+    ))
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn is_fenced<T>(r: StoreResult<T>) -> bool {
+    matches!(r, Err(StoreError::Fenced(_)))
+}
+
+/// A frozen owner (no renewals, and a clock that did not run meanwhile, as in a paused VM)
+/// loses its partition to a node that takes it over once the lease expired in database
+/// time; its next sync is refused by the fence in the commit's own transaction, and
+/// nothing it wrote after the takeover reaches the table.
+#[test]
+fn a_frozen_owner_is_fenced_once_another_node_took_its_partition() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a_opts = options(dir.path(), "node-a").unwrap();
+    let mut a = PostgresStore::open(&a_opts).unwrap();
+    let mut a_syncer = a.syncer().unwrap();
+    a.commit(put("before")).unwrap();
+    // While A's lease holds, B cannot take the partition.
+    let b_opts = options(dir.path(), "node-b").unwrap();
+    assert!(matches!(
+        PostgresStore::open(&b_opts),
+        Err(StoreError::Leased { part: 0, ref owner }) if owner == "node-a"
+    ));
+
+    // A freezes: no renewals, and its own clock check off, so that only the database's
+    // fence stands between it and the table.
+    a.freeze_for_test(true, false);
+    a.write(put("written-while-frozen")).unwrap();
+    std::thread::sleep(a_opts.lease_ttl + Duration::from_millis(300));
+    let b = PostgresStore::open(&b_opts).unwrap();
+    assert_eq!(b.epoch(), a.epoch() + 1, "the takeover moved the epoch on");
+
+    // A wakes up and syncs what it wrote: refused, and refused for good.
+    assert!(is_fenced(a_syncer.sync()), "A's sync after the takeover");
+    assert!(is_fenced(a.commit(put("after"))), "A's next commit");
+    assert!(is_fenced(a.write(put("later"))), "A's next write");
+    assert_eq!(rows(&b, &a_opts.schema), vec!["before".to_string()]);
+    assert_eq!(b.get(Space::Job, b"written-while-frozen").unwrap(), None);
+
+    // B writes under its epoch.
+    let mut b = b;
+    b.commit(put("by-b")).unwrap();
+    assert_eq!(rows(&b, &a_opts.schema), vec!["before", "by-b"]);
+}
+
+/// A frozen owner whose own monotonic clock did run stops before its lease can have
+/// expired in the database (a margin of a fifth of the TTL), without asking the database.
+#[test]
+fn an_owner_stops_writing_when_its_lease_runs_out_on_its_own_clock() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a").unwrap();
+    let mut a = PostgresStore::open(&opts).unwrap();
+    a.freeze_for_test(true, true);
+    a.commit(put("early")).unwrap();
+    std::thread::sleep(opts.lease_ttl * 4 / 5 + Duration::from_millis(50));
+    assert!(is_fenced(a.commit(put("late"))));
+    // Renewals that get through again (no other node took the partition) do not undo it:
+    // the engine already failed what it had written.
+    a.freeze_for_test(false, true);
+    std::thread::sleep(opts.renew_every * 3);
+    assert!(is_fenced(a.syncer().unwrap().sync()));
+    assert!(is_fenced(a.commit(put("later"))));
+    assert_eq!(rows(&a, &opts.schema), vec!["early".to_string()]);
+}
+
+/// Renewals keep the lease: past several TTLs the owner still commits, and another node is
+/// still refused. A renewal that finds the epoch moved on (an operator forced it, or a
+/// takeover) stops the owner's writes.
+#[test]
+fn renewals_keep_the_lease_and_a_lost_renewal_fences() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a").unwrap();
+    let mut a = PostgresStore::open(&opts).unwrap();
+    std::thread::sleep(opts.lease_ttl * 5 / 2);
+    a.commit(put("still-mine")).unwrap();
+    assert!(matches!(
+        PostgresStore::open(&options(dir.path(), "node-b").unwrap()),
+        Err(StoreError::Leased { .. })
+    ));
+    a.sql_for_test(&format!(
+        "UPDATE {}.ojs_partitions SET epoch = epoch + 1 WHERE part = 0",
+        opts.schema
+    ));
+    std::thread::sleep(opts.renew_every * 3);
+    assert!(is_fenced(a.write(put("refused"))));
+    assert_eq!(rows(&a, &opts.schema), vec!["still-mine".to_string()]);
+}
+
+/// Reads merge written-but-unsynced batches over more than one page of the table, in both
+/// directions, and agree with a model; after the sync the table alone gives the same.
+#[test]
+fn reads_merge_the_overlay_over_pages_of_the_table() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a").unwrap();
+    let mut s = PostgresStore::open(&opts).unwrap();
+    let mut syncer = s.syncer().unwrap();
+    let mut model = BTreeMap::new();
+    let key = |i: u32| format!("k{i:05}").into_bytes();
+    let n = PAGE_ROWS as u32 * 3 + 17;
+    let mut b = Batch::default();
+    for i in (0..n).map(|i| i * 2) {
+        b.put(Space::Event, &key(i), vec![1]);
+        model.insert(key(i), vec![1]);
+    }
+    b.put(Space::Meta, b"neighbour", vec![9]);
+    s.commit(b).unwrap();
+    // Unsynced: delete a whole page's worth in the middle and the first key, add odd keys
+    // between, overwrite some; a second batch undoes part of the first.
+    let mut b = Batch::default();
+    for i in (0..n).map(|i| i * 2) {
+        if i == 0 || (300..700).contains(&i) {
+            b.delete(Space::Event, &key(i));
+            model.remove(&key(i));
+        } else if i % 10 == 0 {
+            b.put(Space::Event, &key(i), vec![2]);
+            model.insert(key(i), vec![2]);
+        }
+        if i % 6 == 0 {
+            b.put(Space::Event, &key(i + 1), vec![3]);
+            model.insert(key(i + 1), vec![3]);
+        }
+    }
+    s.write(b).unwrap();
+    let mut b = Batch::default();
+    b.put(Space::Event, &key(400), vec![4]);
+    model.insert(key(400), vec![4]);
+    b.delete(Space::Event, &key(n * 2 - 2));
+    model.remove(&key(n * 2 - 2));
+    s.write(b).unwrap();
+
+    let check = |s: &PostgresStore, when: &str| {
+        let mut all = vec![];
+        s.scan(Space::Event, &mut |k, v| {
+            all.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .unwrap();
+        let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert!(
+            all == want,
+            "{when}: scan ({} vs {} records)",
+            all.len(),
+            want.len()
+        );
+        for probe in [0, 1, 299, 300, 401, 650, 699, 700, 1000, n * 2] {
+            let p = key(probe);
+            let mut from = vec![];
+            s.scan_from(Space::Event, &p, &mut |k, _| {
+                from.push(k.to_vec());
+                true
+            })
+            .unwrap();
+            let want: Vec<_> = model.range(p.clone()..).map(|(k, _)| k.clone()).collect();
+            assert!(from == want, "{when}: scan_from {probe}");
+            let floor = model
+                .range(..=p.clone())
+                .next_back()
+                .map(|(k, _)| k.clone());
+            assert_eq!(
+                s.floor_key(Space::Event, &p).unwrap(),
+                floor,
+                "{when}: floor {probe}"
+            );
+            assert_eq!(
+                s.get(Space::Event, &p).unwrap(),
+                model.get(&p).cloned(),
+                "{when}: get {probe}"
+            );
+        }
+        let bounds = (
+            model.keys().next().cloned(),
+            model.keys().next_back().cloned(),
+        );
+        assert_eq!(s.bounds(Space::Event).unwrap(), bounds, "{when}");
+        assert_eq!(s.get(Space::Meta, b"neighbour").unwrap(), Some(vec![9]));
+    };
+    check(&s, "before the sync");
+    syncer.sync().unwrap();
+    assert!(s
+        .shared
+        .overlay
+        .read()
+        .unwrap()
+        .spaces
+        .iter()
+        .all(|m| m.is_empty()));
+    check(&s, "after the sync");
+    drop(s);
+    let s = PostgresStore::open(&opts).unwrap();
+    check(&s, "after a reopen");
+}
+
+/// Nodes starting at once on a new schema: the migration runs once (under its advisory
+/// lock, no "already exists" error for anyone), exactly one node gets the partition, and
+/// the others are told who holds it.
+#[test]
+fn nodes_starting_at_once_migrate_once_and_one_takes_the_partition() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let opened: Vec<_> = (0..4)
+        .map(|i| {
+            let opts = options(dir.path(), &format!("node-{i}")).unwrap();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                PostgresStore::open(&opts)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let owners: Vec<_> = opened.iter().filter(|r| r.is_ok()).collect();
+    assert_eq!(owners.len(), 1, "one owner");
+    for r in &opened {
+        match r {
+            Ok(s) => assert_eq!(s.epoch(), 1),
+            Err(StoreError::Leased { part: 0, owner }) => assert!(owner.starts_with("node-")),
+            Err(e) => panic!("a node starting at once failed: {e}"),
+        }
+    }
+    let s = opened.into_iter().find_map(Result::ok).unwrap();
+    let schema = pg_options(dir.path()).unwrap().schema;
+    let meta = s.sql_for_test(&format!(
+        "SELECT key, value FROM {schema}.ojs_meta ORDER BY key"
+    ));
+    let meta: Vec<(String, String)> = meta.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        meta,
+        vec![
+            ("partitions".to_string(), "1".to_string()),
+            ("schema_version".to_string(), SCHEMA_VERSION.to_string()),
+        ]
+    );
+}
