@@ -23,6 +23,13 @@ fi
 [ "${1:-}" = "--" ] && shift
 command -v perf >/dev/null || { echo "perf is not installed (apt-get install linux-perf)" >&2; exit 1; }
 
+# The `profiling` profile: release code with debug info, so perf can name inlined frames.
+if [ -z "${OJSD_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
+    echo "building the profiling binaries..." >&2
+    (cd "$ROOT" && cargo build --profile profiling --quiet --bin ojsd --bin ojsd-bench)
+    export OJSD_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/profiling/ojsd
+    export BENCH_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/profiling/ojsd-bench
+fi
 . "$ROOT/bench/bins.sh"
 OUT=${PROFILE_DIR:-$ROOT/bench/profiles/$NAME}
 mkdir -p "$OUT"

@@ -509,6 +509,8 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             Some(l) => {
                 let addr = l.local_addr().map_err(|e| e.to_string())?;
                 announce(&format!("ojsd http listening on {addr}"));
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                tracing::info!("dashboard: {scheme}://{addr}/");
                 let cfg = HttpConfig {
                     keepalive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
                     tokens: tokens.clone(),

@@ -629,3 +629,47 @@ fn the_sample_config_lists_every_flag_with_its_default_and_is_accepted() {
     let mut c = s.client();
     assert_eq!(c.info().expect("INFO")["totals"]["jobs"], 0);
 }
+
+/// The start-up log names the dashboard's address, the one a newcomer opens first.
+#[test]
+fn the_dashboard_address_is_logged_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = ojsd();
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("db"));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ojsd");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = [String::new(), String::new()];
+    for l in &mut lines {
+        stdout.read_line(l).expect("a listening line");
+    }
+    let http = lines[1]
+        .trim()
+        .strip_prefix("ojsd http listening on ")
+        .expect("the HTTP line")
+        .to_string();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("dashboard:") {
+                let _ = tx.send(line);
+                return;
+            }
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.expect("a dashboard line on stderr");
+    assert!(
+        line.contains(&format!("dashboard: http://{http}/")),
+        "{line}"
+    );
+}
