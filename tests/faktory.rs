@@ -291,3 +291,52 @@ fn a_worker_told_to_go_quiet_while_it_waits_gets_no_job() {
     let id = ojsd::protocol::faktory::ojs_id("quiet-wait-1");
     assert_eq!(common::state_of(&mut o, &id), "available");
 }
+
+/// A Faktory client that resends a PUSH after a network error (the first one landed) gets
+/// +OK, as from Faktory, and still one job; a different job under a jid already used is
+/// refused. The OJS port keeps answering DUPLICATE_JOB (PROTOCOL.md §4.1, §15).
+#[test]
+fn a_resent_push_is_accepted_once_and_a_different_one_refused() {
+    let s = start();
+    let mut c = Conn::open(&s.faktory_addr, Some("w-resend"));
+    let job = json!({"jid": "resend-000001", "jobtype": "Mail", "args": [1], "queue": "q1"});
+    assert_eq!(c.call(&format!("PUSH {job}")), "+OK");
+    assert_eq!(
+        c.call(&format!("PUSH {job}")),
+        "+OK",
+        "the resend is accepted"
+    );
+    let other = json!({"jid": "resend-000001", "jobtype": "Mail", "args": [2], "queue": "q1"});
+    let e = c.call(&format!("PUSH {other}"));
+    assert!(
+        e.starts_with("-ERR ") && e.contains("already exists"),
+        "{e}"
+    );
+    // PUSHB: the resent job counts as accepted, the clash is reported by position.
+    let fresh = json!({"jid": "resend-000002", "jobtype": "Mail", "args": [3], "queue": "q1"});
+    let reply = c.call(&format!("PUSHB {}", json!([job, other, fresh])));
+    assert!(
+        reply.contains("already exists") && !reply.contains("resend-000002"),
+        "{reply}"
+    );
+    // One job per jid: two in the queue, and the first is the one first pushed.
+    let got = c.json("FETCH q1");
+    assert_eq!(
+        (got["jid"].as_str(), &got["args"]),
+        (Some("resend-000001"), &json!([1]))
+    );
+    assert_eq!(c.json("FETCH q1")["jid"], "resend-000002");
+    assert_eq!(c.call("FETCH q1"), "$-1");
+    // Even after it finished, a resend is the job already there.
+    assert_eq!(c.call(r#"ACK {"jid":"resend-000001"}"#), "+OK");
+    assert_eq!(c.call(&format!("PUSH {job}")), "+OK");
+    assert_eq!(c.call("FETCH q1"), "$-1");
+    // The OJS port does not resend-match: its clients get DUPLICATE_JOB (documented).
+    let mut o = s.client();
+    let id = ojsd::protocol::faktory::ojs_id("resend-000002");
+    let dup = json!({"id": id, "type": "x", "args": []}).to_string();
+    assert_eq!(
+        common::err_code(&mut o, &format!("PUSH {dup}")),
+        "DUPLICATE_JOB"
+    );
+}

@@ -90,7 +90,11 @@ impl Store for Gated {
 fn push(q: &str) -> Command {
     let job = json!({"type": "t", "queue": q, "args": []});
     let len = job.to_string().len();
-    Command::Push { job, len }
+    Command::Push {
+        job,
+        len,
+        resend: false,
+    }
 }
 
 fn id_of(a: &Answered) -> String {

@@ -163,15 +163,18 @@ enum Work {
 impl Work {
     fn of(cmd: Command, limits: &Limits) -> Work {
         match cmd {
-            Command::Push { job, len } => Work::Push(Box::new(Prepared::new(job, len, limits))),
+            Command::Push { job, len, resend } => Work::Push(Box::new(
+                Prepared::new(job, len, limits).map(|p| p.resent(resend)),
+            )),
             Command::PushBatch(jobs) => Work::PushBatch(
                 jobs.into_iter()
                     .map(|(job, len)| Prepared::new(job, len, limits))
                     .collect(),
             ),
+            // Faktory's PUSHB: a job resent is accepted as the one already there.
             Command::PushEach(jobs) => Work::PushEach(
                 jobs.into_iter()
-                    .map(|(job, len)| Prepared::new(job, len, limits))
+                    .map(|(job, len)| Prepared::new(job, len, limits).map(|p| p.resent(true)))
                     .collect(),
             ),
             cmd => Work::Command(cmd),

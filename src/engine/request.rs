@@ -27,10 +27,13 @@ pub struct BeatReport {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Hello(Value),
-    /// One job as JSON, with its encoded size for the size limit.
+    /// One job as JSON, with its encoded size for the size limit. `resend`: a job whose id
+    /// exists with the same client-supplied attributes is accepted as the one already
+    /// there, not refused as a duplicate (Faktory clients resend after a network error).
     Push {
         job: Value,
         len: usize,
+        resend: bool,
     },
     PushBatch(Vec<(Value, usize)>),
     /// Each job on its own: the valid ones are enqueued, the others reported by position

@@ -107,7 +107,16 @@ pub(super) async fn push(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (job, len) = push_cmd(envelope(object(&body)?)?);
-    let job = one_job(&st, None, Command::Push { job, len }).await?;
+    let job = one_job(
+        &st,
+        None,
+        Command::Push {
+            job,
+            len,
+            resend: false,
+        },
+    )
+    .await?;
     // An ignored unique duplicate stored nothing: 200 with the existing job, not 201
     // (ojs-unique-jobs).
     let status = if deduplicated(&job) {

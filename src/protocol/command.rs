@@ -372,6 +372,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             Ok(Command::Push {
                 job,
                 len: payload.len(),
+                resend: false,
             })
         }
         "PUSHB" => {
@@ -555,7 +556,8 @@ mod tests {
             parse_command(br#"PUSH {"type":"a","args":[]}"#).unwrap(),
             Command::Push {
                 job: json!({"type":"a","args":[]}),
-                len: 22
+                len: 22,
+                resend: false,
             }
         );
         assert_eq!(

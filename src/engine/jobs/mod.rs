@@ -54,6 +54,9 @@ pub struct Prepared {
     parts: Option<Parts>,
     /// The envelope's size on the wire, counted against `--max-queued-bytes`.
     pub len: usize,
+    /// A job already stored under this id with the same client part answers the PUSH
+    /// (`Command::Push::resend`).
+    resend: bool,
 }
 
 impl Prepared {
@@ -74,7 +77,16 @@ impl Prepared {
             new,
             parts,
             len,
+            resend: false,
         })
+    }
+}
+
+impl Prepared {
+    /// Accept a resend of a job already stored (see [`Command::Push`]).
+    pub fn resent(mut self, resend: bool) -> Prepared {
+        self.resend = resend;
+        self
     }
 }
 

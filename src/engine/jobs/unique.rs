@@ -13,6 +13,7 @@ use crate::engine::jobs::Prepared;
 use crate::engine::txn::Txn;
 use crate::engine::Engine;
 use crate::error::{ErrorCode, OjsError, OjsResult};
+use crate::job::parts::Parts;
 use crate::job::template::check_len;
 use crate::job::unique::{OnConflict, UniqueKey, UniquePolicy};
 use crate::job::validate::NewJob;
@@ -124,9 +125,31 @@ impl Engine {
         txn: &mut Txn,
         job: OjsResult<Prepared>,
     ) -> OjsResult<Pushed> {
+        if let Ok(p) = &job {
+            if let Some(id) = self.resent(txn, p)? {
+                return Ok(Pushed {
+                    id,
+                    deduplicated: true,
+                });
+            }
+        }
         let (id, mut p) = self.validate_new(job)?;
         let admit = self.admit(txn, id, &mut p.new, &mut Overlay::default())?;
         self.apply_admit(txn, id, p, admit)
+    }
+
+    /// A PUSH that may be a resend (`Command::Push::resend`) of a job stored under the same
+    /// id with the same client-supplied attributes: that job answers it, whatever its state
+    /// now. A different job under the id is still refused as a duplicate.
+    fn resent(&self, txn: &Txn, p: &Prepared) -> OjsResult<Option<Uuid>> {
+        if !p.resend || !self.index.jobs.contains_key(&p.id) {
+            return Ok(None);
+        }
+        let Some(stored) = txn.job(self.store.as_ref(), p.id)? else {
+            return Ok(None);
+        };
+        let mine = p.parts.clone().unwrap_or_else(|| Parts::of(&p.new.job));
+        Ok((Parts::of(&stored) == mine).then_some(p.id))
     }
 
     /// All or nothing: every job is validated and its uniqueness decided before any is

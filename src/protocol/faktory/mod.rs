@@ -88,7 +88,11 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
         "PUSH" => {
             let job = to_ojs_job(object("PUSH", payload)?)?;
             let len = encoded_len(&job);
-            plain(Command::Push { job, len })
+            plain(Command::Push {
+                job,
+                len,
+                resend: true,
+            })
         }
         "PUSHB" => push_batch(payload),
         "FETCH" => {
