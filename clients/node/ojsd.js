@@ -1,7 +1,7 @@
 // A thin client and worker for ojsd's TCP protocol (protocol/PROTOCOL.md), using only
 // Node's standard library.
 //
-//   const { Client, Worker } = require("./ojsd");
+//   const { Client, Worker } = require("ojsd-client");
 //   const c = await Client.connect("127.0.0.1:7419");
 //   await c.push({ type: "email.send", args: ["a@b.c"] });
 //   const w = new Worker({ addr: "127.0.0.1:7419", queues: ["default"] });
@@ -47,8 +47,8 @@ class Client {
     return c;
   }
 
-  constructor(addr, { password, wid, labels = [], timeoutMs = 10000, tls: tlsOpts } = {}) {
-    Object.assign(this, { addr, password, wid, labels, timeoutMs, tlsOpts });
+  constructor(addr, { password, wid, labels = [], timeoutMs = 10000, tls: tlsOpts, hello } = {}) {
+    Object.assign(this, { addr, password, wid, labels, timeoutMs, tlsOpts, helloExtra: hello || {} });
     this.buf = Buffer.alloc(0);
     this.waiting = []; // {resolve, reject} per reply owed, in order
     this.closed = true;
@@ -63,7 +63,7 @@ class Client {
           const hi = await this._next();
           if (typeof hi !== "string" || !hi.startsWith("HI")) throw new ProtocolError(`expected +HI, got ${hi}`);
           const greeting = JSON.parse(hi.slice(2).trim() || "{}");
-          const hello = { v: 2, hostname: os.hostname(), pid: process.pid };
+          const hello = { ...this.helloExtra, v: 2, hostname: os.hostname(), pid: process.pid };
           if (this.wid) Object.assign(hello, { wid: this.wid, labels: this.labels });
           if (greeting.s !== undefined) {
             if (this.password === undefined) throw new OjsdError("UNAUTHENTICATED", "the server needs a password");
@@ -158,6 +158,18 @@ class Client {
   pushb(jobs) { return this.call("PUSHB", jobs.map((j) => ({ args: [], ...j }))); }
   fetch(queues = ["default"], count) { return this.call("FETCH", queues.join(" ") + (count ? ` COUNT ${count}` : "")); }
   ack(id, result) { return this.call("ACK", result === undefined ? { id } : { id, result }); }
+  /**
+   * Acknowledge a job and take the next one from `queues` in the same round trip
+   * (`ACK {"id", "result", "fetch": queues}`, PROTOCOL §5.2): resolves to the next job, or
+   * null when none came within the server's wait (`waitMs`, at most `--fetch-wait-ms`). A
+   * reply at all means the ACK is durable; a refused ACK rejects and fetches nothing.
+   */
+  ackFetch(id, queues, result, { waitMs } = {}) {
+    const body = { id, fetch: [...queues] };
+    if (result !== undefined) body.result = result;
+    if (waitMs !== undefined) body.wait_ms = waitMs;
+    return this.call("ACK", body);
+  }
   fail(id, type, message, backtrace) {
     const error = { type, message };
     if (backtrace && backtrace.length) error.backtrace = backtrace.slice(0, 50);
@@ -179,37 +191,73 @@ class Client {
   }
 }
 
+/** Wait `ms`, or less if `signal` aborts; leaves no listener behind either way. */
 const sleep = (ms, signal) => new Promise((r) => {
-  const t = setTimeout(r, ms);
-  signal?.addEventListener("abort", () => { clearTimeout(t); r(); }, { once: true });
+  if (signal?.aborted) return r();
+  const onAbort = () => { clearTimeout(t); r(); };
+  const t = setTimeout(() => { signal?.removeEventListener("abort", onAbort); r(); }, ms);
+  signal?.addEventListener("abort", onAbort, { once: true });
 });
+
+const SERVER_DOWN = new Set(["BACKEND_UNAVAILABLE"]); // e.g. while the server shuts down
 
 /**
  * Fetches from `queues`, runs the handler registered for each job type, ACKs or FAILs,
  * beats every `beatMs`, obeys quiet/terminate, stops on SIGTERM/SIGINT (finishing what it
  * holds), and reconnects with capped exponential backoff when the server goes away.
+ *
+ * Each fetching loop FETCHes only when it holds no job: a job that succeeded is
+ * acknowledged with `ACK {"id", "result", "fetch": queues}`, whose reply is the next job
+ * (one durable round trip per job). While stopping it ACKs without `fetch`. Connection
+ * state changes (connected, lost, retrying) are logged once each through `logger`
+ * (default `console`; `null` for silence).
  */
 class Worker {
-  constructor({ addr = "127.0.0.1:7419", queues = ["default"], password, wid, concurrency = 1, beatMs = 15000, labels = [], tls: tlsOpts } = {}) {
+  constructor({ addr = "127.0.0.1:7419", queues = ["default"], password, wid, concurrency = 1, beatMs = 15000, labels = [], tls: tlsOpts, logger = console } = {}) {
     Object.assign(this, { addr, queues, password, concurrency, beatMs, labels, tlsOpts });
     this.wid = wid || `node-${os.hostname()}-${process.pid}-${crypto.randomBytes(3).toString("hex")}`;
     this.handlers = new Map();
     this.active = new Set();
-    this.state = "running";
+    this.state = "running"; // then "quiet", "terminate" or "stopped"
+    this.connection = "new"; // "connected", "lost" or "retrying" once it has tried
+    this.logger = logger;
     this.stopper = new AbortController();
   }
 
   register(type, fn) { this.handlers.set(type, fn); return this; }
-  stop() { this.stopper.abort(); }
+  /** Stop fetching, finish the jobs in hand, and make run() resolve to "stopped". */
+  stop() {
+    if (this.state === "running") this.state = "stopped";
+    this.stopper.abort();
+  }
   get stopping() { return this.stopper.signal.aborted; }
+
+  /** Log a change of connection state once, however many connections see it. */
+  _connectionIs(state, error) {
+    const before = this.connection;
+    if (state === before || (state === "retrying" && before === "connected") || (state === "lost" && before !== "connected")) return;
+    this.connection = state;
+    const where = `ojsd at ${this.addr}`;
+    const why = error && (error.message || String(error));
+    if (!this.logger) return;
+    if (state === "connected") this.logger.info(`connected to ${where} as ${this.wid}`);
+    else if (state === "lost") this.logger.warn(`lost the connection to ${where}: ${why}`);
+    else this.logger.warn(`cannot reach ${where} (${why}); retrying with backoff`);
+  }
 
   async _connect() {
     let delay = 100;
     while (!this.stopping) {
       try {
-        return await Client.connect(this.addr, { password: this.password, wid: this.wid, labels: this.labels, tls: this.tlsOpts });
+        const c = await Client.connect(this.addr, {
+          password: this.password, wid: this.wid, labels: this.labels, tls: this.tlsOpts,
+          hello: { queues: this.queues, concurrency: this.concurrency },
+        });
+        this._connectionIs("connected");
+        return c;
       } catch (e) {
         if (e instanceof OjsdError && e.code === "UNAUTHENTICATED") throw e;
+        this._connectionIs("retrying", e);
       }
       await sleep(delay * (0.5 + Math.random()), this.stopper.signal);
       delay = Math.min(delay * 2, 10000);
@@ -217,19 +265,34 @@ class Worker {
     return null;
   }
 
+  /** Run one job and settle it; resolves to the next job when its ACK carried one. */
   async _process(c, job) {
     this.active.add(job.id);
     try {
       const fn = this.handlers.get(job.type);
-      if (!fn) return await c.fail(job.id, "UnknownJobType", `no handler for ${JSON.stringify(job.type)}`);
+      if (!fn) {
+        await c.fail(job.id, "UnknownJobType", `no handler for ${JSON.stringify(job.type)}`);
+        return null;
+      }
       let result;
       try {
         result = await fn(...(job.args || []));
       } catch (e) {
         const err = e instanceof Error ? e : new Error(String(e));
-        return await c.fail(job.id, err.name || "Error", err.message, String(err.stack || "").split("\n"));
+        await c.fail(job.id, err.name || "Error", err.message, String(err.stack || "").split("\n"));
+        return null;
       }
-      await c.ack(job.id, result === undefined ? null : result);
+      if (result === undefined) result = null;
+      if (this.stopping) {
+        await c.ack(job.id, result); // take no new job while stopping
+        return null;
+      }
+      return await c.ackFetch(job.id, this.queues, result);
+    } catch (e) {
+      if (!(e instanceof OjsdError) || SERVER_DOWN.has(e.code)) throw e;
+      // The job was refused (cancelled, its reservation expired, ...), not the connection.
+      this.logger?.warn(`job ${job.id} could not be settled: ${e.message}`);
+      return null;
     } finally {
       this.active.delete(job.id);
     }
@@ -237,16 +300,19 @@ class Worker {
 
   async _fetchLoop() {
     let c = null;
-    while (!this.stopping) {
+    let job = null;
+    // A job in hand is always run, even while stopping: it is ours until settled.
+    while (job || !this.stopping) {
       try {
         c = c || (await this._connect());
         if (!c) break;
-        const job = await c.fetch(this.queues);
-        if (job) await this._process(c, job);
+        job = job ? await this._process(c, job) : await c.fetch(this.queues);
       } catch (e) {
         if (e instanceof OjsdError && e.code === "UNAUTHENTICATED") throw e;
+        this._connectionIs("lost", e);
         c?.close();
         c = null; // the server went away or refused us: reconnect with backoff
+        job = null; // a job claimed but not settled goes back after its timeout
         await sleep(100 + Math.random() * 200, this.stopper.signal);
       }
     }
@@ -264,11 +330,12 @@ class Worker {
         if (!c) break;
         const state = await c.beat([...this.active]);
         if (state === "quiet" || state === "terminate") {
-          this.state = state;
+          if (this.state === "running" || this.state === "quiet") this.state = state;
           this.stop();
         }
         wait = this.beatMs;
-      } catch {
+      } catch (e) {
+        this._connectionIs("lost", e);
         c?.close();
         c = null;
         wait = 100;
@@ -277,7 +344,10 @@ class Worker {
     c?.close();
   }
 
-  /** Work until quiet, terminate or a signal; resolves to the reason once in-flight jobs finish. */
+  /**
+   * Work until quiet, terminate, stop() or a signal; resolves once in-flight jobs finish, to
+   * why it ended: "quiet", "terminate" or "stopped".
+   */
   async run({ signals = true } = {}) {
     const onSignal = () => this.stop();
     if (signals) { process.on("SIGTERM", onSignal); process.on("SIGINT", onSignal); }

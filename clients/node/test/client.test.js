@@ -3,11 +3,13 @@
 const { test } = require("node:test");
 const assert = require("node:assert/strict");
 const { spawn } = require("node:child_process");
+const { getEventListeners } = require("node:events");
 const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
 const readline = require("node:readline");
-const { Client, Worker, OjsdError } = require("../ojsd");
+const ojsd = require("../ojsd");
+const { Client, Worker, OjsdError } = ojsd;
 
 const BIN = process.env.OJSD_BIN || path.resolve(__dirname, "../../../target/debug/ojsd");
 
@@ -84,6 +86,128 @@ test("push, fetch, ack, pipelining and typed errors", async (t) => {
   assert.equal(after.queues.q2?.available ?? 0, 0);
 });
 
+/** A logger that keeps what it is told. */
+function recorder() {
+  const lines = [];
+  return { lines, info: (m) => lines.push(m), warn: (m) => lines.push(m) };
+}
+
+/** Record every FETCH and ACK any Client sends, as [wid, verb, payload]. */
+function recordCommands(t) {
+  const sent = [];
+  const call = Client.prototype.call;
+  Client.prototype.call = function (verb, payload) {
+    if (verb === "FETCH" || verb === "ACK") sent.push([this.wid, verb, payload]);
+    return call.call(this, verb, payload);
+  };
+  t.after(() => { Client.prototype.call = call; });
+  return sent;
+}
+
+test("ackFetch takes the next job in the same round trip", async (t) => {
+  const srv = await server();
+  t.after(() => srv.close());
+  const c = await Client.connect(srv.addr);
+  const w = await Client.connect(srv.addr, { wid: "w-af" });
+  t.after(() => { c.close(); w.close(); });
+  const a = await c.push({ type: "t.a", queue: "af", args: [1] });
+  const b = await c.push({ type: "t.a", queue: "af", args: [2] });
+  const first = await w.fetch(["af"]);
+  assert.equal(first.id, a.id);
+  const next = await w.ackFetch(first.id, ["af"], { n: 1 });
+  assert.deepEqual([next.id, next.state], [b.id, "active"]);
+  assert.deepEqual((await c.job(a.id)).result, { n: 1 });
+  assert.equal(await w.ackFetch(next.id, ["af"], undefined, { waitMs: 0 }), null, "no job left: null");
+  assert.equal((await c.job(b.id)).state, "completed");
+  // A refused ACK is the reply, and nothing is fetched.
+  const d = await c.push({ type: "t.a", queue: "af" });
+  await assert.rejects(w.ackFetch(a.id, ["af"], null, { waitMs: 0 }), (e) => e.code === "INVALID_STATE_TRANSITION");
+  assert.equal((await c.job(d.id)).state, "available");
+});
+
+test("each ACK of a worker carries the next job, and HELLO names its queues", async (t) => {
+  const srv = await server();
+  t.after(() => srv.close());
+  const c = await Client.connect(srv.addr);
+  t.after(() => c.close());
+  const jobs = [];
+  for (let i = 0; i < 5; i++) jobs.push(await c.push({ type: "n.x", args: [i], queue: "n" }));
+  const sent = recordCommands(t);
+  const w = new Worker({ addr: srv.addr, queues: ["n"], beatMs: 200, logger: null });
+  w.register("n.x", (i) => i * 10);
+  const running = w.run({ signals: false });
+  t.after(async () => { w.stop(); await running; });
+  for (const j of jobs) await waitFor("the jobs", async () => (await c.job(j.id)).state === "completed");
+  const ours = sent.filter(([wid]) => wid === w.wid).map(([, verb, p]) => [verb, p]);
+  assert.deepEqual(ours.slice(0, 6).map(([v]) => v), ["FETCH", "ACK", "ACK", "ACK", "ACK", "ACK"]);
+  assert.deepEqual(ours.slice(1, 6).map(([, p]) => p.id), jobs.map((j) => j.id));
+  assert.ok(ours.slice(1, 6).every(([, p]) => JSON.stringify(p.fetch) === '["n"]'));
+  const results = [];
+  for (const j of jobs) results.push((await c.job(j.id)).result);
+  assert.deepEqual(results, [0, 10, 20, 30, 40]);
+  const me = (await c.call("WORKERS")).workers.find((x) => x.id === w.wid);
+  assert.deepEqual([me.queues, me.concurrency, me.jobs_completed], [["n"], 1, 5]);
+});
+
+test("a stopping worker ACKs without taking a new job, and run() resolves to stopped", async (t) => {
+  const srv = await server();
+  t.after(() => srv.close());
+  const c = await Client.connect(srv.addr);
+  t.after(() => c.close());
+  const first = await c.push({ type: "s.x", args: [1], queue: "s" });
+  const second = await c.push({ type: "s.x", args: [2], queue: "s" });
+  const sent = recordCommands(t);
+  const w = new Worker({ addr: srv.addr, queues: ["s"], beatMs: 200, logger: null });
+  w.register("s.x", (n) => { w.stop(); return n; }); // stop while the first job runs
+  assert.equal(await w.run({ signals: false }), "stopped");
+  assert.equal((await c.job(first.id)).state, "completed");
+  assert.equal((await c.job(second.id)).state, "available");
+  const acks = sent.filter(([wid, verb]) => wid === w.wid && verb === "ACK").map(([, , p]) => p);
+  assert.deepEqual(acks, [{ id: first.id, result: 1 }]);
+});
+
+test("SIGTERM makes run() resolve to stopped", async (t) => {
+  const srv = await server();
+  t.after(() => srv.close());
+  const script = `const { Worker } = require(${JSON.stringify(path.resolve(__dirname, "../ojsd"))});
+    new Worker({ addr: ${JSON.stringify(srv.addr)}, beatMs: 100 }).run().then((s) => console.log("run ->", s));`;
+  const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+  t.after(() => child.kill("SIGKILL"));
+  let out = "";
+  const exited = new Promise((r) => child.once("exit", r));
+  child.stdout.on("data", (d) => { out += d; });
+  await waitFor("the worker to connect", () => out.includes("connected to ojsd"));
+  child.kill("SIGTERM");
+  await exited;
+  assert.match(out, /run -> stopped/);
+});
+
+test("heartbeats leave no abort listeners behind", async (t) => {
+  const srv = await server();
+  t.after(() => srv.close());
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w.name);
+  process.on("warning", onWarning);
+  t.after(() => process.off("warning", onWarning));
+  const log = recorder();
+  const w = new Worker({ addr: srv.addr, queues: ["hb"], beatMs: 5, logger: log });
+  const running = w.run({ signals: false });
+  const c = await Client.connect(srv.addr);
+  t.after(() => c.close());
+  let beats = 0;
+  const beat = Client.prototype.beat;
+  Client.prototype.beat = function (...a) { beats++; return beat.apply(this, a); };
+  t.after(() => { Client.prototype.beat = beat; });
+  await waitFor("50 heartbeats", () => beats >= 50);
+  // One listener per loop that is sleeping at most (the beat loop here), not one per beat.
+  assert.ok(getEventListeners(w.stopper.signal, "abort").length <= 2);
+  w.stop();
+  assert.equal(await running, "stopped");
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(warnings.filter((n) => n === "MaxListenersExceededWarning"), []);
+  assert.deepEqual(log.lines.map((l) => l.split(" ")[0]), ["connected"]);
+});
+
 test("the password is required and checked", async (t) => {
   const srv = await server(["--password", "s3cret"]);
   t.after(() => srv.close());
@@ -98,7 +222,7 @@ test("a worker processes jobs and records failures", async (t) => {
   t.after(() => srv.close());
   const c = await Client.connect(srv.addr);
   t.after(() => c.close());
-  const w = new Worker({ addr: srv.addr, queues: ["work"], beatMs: 200 });
+  const w = new Worker({ addr: srv.addr, queues: ["work"], beatMs: 200, logger: null });
   w.register("math.add", async (a, b) => a + b);
   w.register("math.boom", () => { throw new RangeError("kaboom"); });
   const running = w.run({ signals: false });
@@ -120,7 +244,7 @@ test("quiet stops fetching and terminate stops the worker", async (t) => {
   t.after(() => srv.close());
   const c = await Client.connect(srv.addr);
   t.after(() => c.close());
-  const w = new Worker({ addr: srv.addr, queues: ["q"], beatMs: 100 });
+  const w = new Worker({ addr: srv.addr, queues: ["q"], beatMs: 100, logger: null });
   w.register("t.x", () => "ran");
   const running = w.run({ signals: false });
   await waitFor("the worker to register", async () => (await c.call("WORKERS")).workers.some((x) => x.id === w.wid));
@@ -130,7 +254,7 @@ test("quiet stops fetching and terminate stops the worker", async (t) => {
   await new Promise((r) => setTimeout(r, 500));
   assert.equal((await c.job(job.id)).state, "available", "a quiet worker fetches nothing");
 
-  const w2 = new Worker({ addr: srv.addr, queues: ["q"], beatMs: 100 });
+  const w2 = new Worker({ addr: srv.addr, queues: ["q"], beatMs: 100, logger: null });
   w2.register("t.x", () => "ran");
   const running2 = w2.run({ signals: false });
   await waitFor("the second worker to take the job", async () => (await c.job(job.id)).state === "completed");
@@ -142,7 +266,8 @@ test("the worker reconnects after a server restart", async (t) => {
   const srv = await server();
   t.after(() => srv.close());
   let c = await Client.connect(srv.addr);
-  const w = new Worker({ addr: srv.addr, queues: ["r"], beatMs: 200 });
+  const log = recorder();
+  const w = new Worker({ addr: srv.addr, queues: ["r"], beatMs: 200, logger: log });
   w.register("r.x", (n) => n * 2);
   const running = w.run({ signals: false });
   t.after(async () => { w.stop(); await running; });
@@ -157,4 +282,7 @@ test("the worker reconnects after a server restart", async (t) => {
   const second = await c.push({ type: "r.x", args: [21], queue: "r" });
   await waitFor("the job after the restart", async () => (await c.job(second.id)).state === "completed", 20000);
   assert.equal((await c.job(second.id)).result, 42);
+  // Each change of connection state is logged once, whatever the number of connections
+  // (a beat and a fetch one here) and of failed attempts.
+  assert.deepEqual(log.lines.map((l) => l.split(" ")[0]), ["connected", "lost", "cannot", "connected"]);
 });

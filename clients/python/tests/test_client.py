@@ -1,4 +1,5 @@
 """The Python client and worker against a real ojsd (OJSD_BIN, default target/debug/ojsd)."""
+import logging
 import os
 import pathlib
 import re
@@ -8,8 +9,10 @@ import tempfile
 import threading
 import time
 import unittest
+from unittest import mock
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import ojsd_client  # noqa: E402
 from ojsd_client import Client, OjsdError, Worker  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -78,6 +81,24 @@ class ClientTests(unittest.TestCase):
             with self.assertRaises(OjsdError) as e:
                 c.job("no-such-job")
             self.assertIn(e.exception.code, ("NOT_FOUND", "INVALID_REQUEST"))
+
+    def test_ack_fetch_takes_the_next_job_in_the_same_round_trip(self):
+        with Client(self.srv.addr) as c, Client(self.srv.addr, wid="w-af") as w:
+            a = c.push({"type": "t.a", "queue": "af", "args": [1]})
+            b = c.push({"type": "t.a", "queue": "af", "args": [2]})
+            first = w.fetch(["af"])
+            self.assertEqual(first["id"], a["id"])
+            nxt = w.ack_fetch(first["id"], ["af"], {"n": 1})
+            self.assertEqual((nxt["id"], nxt["state"]), (b["id"], "active"))
+            self.assertEqual(c.job(a["id"])["result"], {"n": 1})
+            self.assertIsNone(w.ack_fetch(nxt["id"], ["af"], wait_ms=0), "no job left: null")
+            self.assertEqual(c.job(b["id"])["state"], "completed")
+            # A refused ACK is the reply, and nothing is fetched.
+            d = c.push({"type": "t.a", "queue": "af"})
+            with self.assertRaises(OjsdError) as e:
+                w.ack_fetch(a["id"], ["af"], wait_ms=0)
+            self.assertEqual(e.exception.code, "INVALID_STATE_TRANSITION")
+            self.assertEqual(c.job(d["id"])["state"], "available")
 
     def test_pushb_is_atomic(self):
         with Client(self.srv.addr) as c:
@@ -159,7 +180,76 @@ class WorkerTests(unittest.TestCase):
         t2.join(10)
         self.assertEqual(result2.get("state"), "terminate")
 
+    def record_commands(self):
+        """Every FETCH and ACK any Client sends, as (wid, verb, payload)."""
+        sent, call = [], Client.call
+
+        def spy(client, verb, payload=None):
+            if verb in ("FETCH", "ACK"):
+                sent.append((client.wid, verb, payload))
+            return call(client, verb, payload)
+
+        patcher = mock.patch.object(ojsd_client.Client, "call", spy)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        return sent
+
+    def test_each_ack_carries_the_next_job(self):
+        jobs = [self.c.push({"type": "n.x", "args": [i], "queue": "n"}) for i in range(5)]
+        sent = self.record_commands()
+        w = Worker(self.srv.addr, queues=["n"], beat_every=0.2)
+        w.register("n.x", lambda i: i * 10)
+        self.start(w)
+        for j in jobs:
+            wait_for("the jobs", lambda: self.c.job(j["id"])["state"] == "completed")
+        ours = [(verb, p) for wid, verb, p in sent if wid == w.wid]
+        # One FETCH, then one ACK per job, each taking the next job in the same reply.
+        self.assertEqual([v for v, _ in ours[:6]], ["FETCH"] + ["ACK"] * 5, ours)
+        self.assertEqual([p["id"] for _, p in ours[1:6]], [j["id"] for j in jobs])
+        self.assertTrue(all(p["fetch"] == ["n"] for _, p in ours[1:6]))
+        self.assertEqual([self.c.job(j["id"])["result"] for j in jobs], [0, 10, 20, 30, 40])
+        worker = next(x for x in self.c.call("WORKERS")["workers"] if x["id"] == w.wid)
+        self.assertEqual((worker["queues"], worker["concurrency"]), (["n"], 1), "queues in HELLO")
+        self.assertEqual(worker["jobs_completed"], 5)
+
+    def test_a_stopping_worker_acks_without_taking_a_new_job(self):
+        first = self.c.push({"type": "s.x", "args": [1], "queue": "s"})
+        second = self.c.push({"type": "s.x", "args": [2], "queue": "s"})
+        sent = self.record_commands()
+        w = Worker(self.srv.addr, queues=["s"], beat_every=0.2)
+        w.register("s.x", lambda n: w.stop() or n)  # stop while the first job runs
+        t, result = self.start(w)
+        t.join(10)
+        self.assertEqual(result.get("state"), "stopped")
+        self.assertEqual(self.c.job(first["id"])["state"], "completed")
+        self.assertEqual(self.c.job(second["id"])["state"], "available")
+        acks = [p for wid, verb, p in sent if wid == w.wid and verb == "ACK"]
+        self.assertEqual(acks, [{"id": first["id"], "result": 1}])
+
+    def test_sigterm_makes_run_return_stopped(self):
+        script = (
+            "import logging, sys\n"
+            f"sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[1])!r})\n"
+            "from ojsd_client import Worker\n"
+            "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+            f"print('run ->', Worker({self.srv.addr!r}, beat_every=0.1).run(), flush=True)\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(proc.kill)
+        self.assertIn("connected to ojsd", proc.stdout.readline())
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+        self.assertIn("run -> stopped", out)
+
     def test_the_worker_reconnects_after_a_server_restart(self):
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logger = logging.getLogger("ojsd_client")
+        logger.addHandler(handler)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        self.addCleanup(lambda: (logger.removeHandler(handler), logger.setLevel(level)))
         w = Worker(self.srv.addr, queues=["r"], beat_every=0.2)
         w.register("r.x", lambda n: n * 2)
         self.start(w)
@@ -170,9 +260,14 @@ class WorkerTests(unittest.TestCase):
         time.sleep(0.5)  # the worker sees the server gone and backs off
         self.srv.start()  # same data dir and address
         self.c = Client(self.srv.addr)
+        self.addCleanup(self.c.close)
         second = self.c.push({"type": "r.x", "args": [21], "queue": "r"})
         wait_for("the job after the restart", lambda: self.c.job(second["id"])["state"] == "completed", 20)
         self.assertEqual(self.c.job(second["id"])["result"], 42)
+        # Each change of connection state is logged once, whatever the number of
+        # connections (a beat and a fetch one here) and of failed attempts.
+        said = [r.getMessage().split(" ")[0] for r in records]
+        self.assertEqual(said, ["connected", "lost", "cannot", "connected"], said)
 
 
 if __name__ == "__main__":

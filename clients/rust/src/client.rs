@@ -158,6 +158,40 @@ impl Client {
         expect_ok(self.command(&format!("ACK {body}"))?)
     }
 
+    /// Report success and take the next job from `queues` in the same round
+    /// trip (`ACK {"id", "result", "fetch": [...], "wait_ms"}`, PROTOCOL.md
+    /// §5.2): the next job, or `None` when none came within the server's
+    /// block time (`wait_ms`, at most the server's `--fetch-wait-ms`). A reply
+    /// at all means the ACK is durable; a refused ACK is `Err(Error::Server)`
+    /// and nothing was fetched. An empty `queues` slice means `["default"]`.
+    pub fn ack_fetch(
+        &mut self,
+        id: &str,
+        result: Option<&Value>,
+        queues: &[&str],
+        wait_ms: Option<u64>,
+    ) -> Result<Option<Value>> {
+        let queues: Vec<&str> = if queues.is_empty() {
+            vec!["default"]
+        } else {
+            queues.to_vec()
+        };
+        for q in &queues {
+            word(q, "queue name")?;
+        }
+        let mut body = json!({ "id": id, "fetch": queues });
+        if let Some(r) = result {
+            body["result"] = r.clone();
+        }
+        if let Some(ms) = wait_ms {
+            body["wait_ms"] = json!(ms);
+        }
+        match self.command(&format!("ACK {body}"))? {
+            Reply::Null => Ok(None),
+            reply => bulk_json(reply).map(Some),
+        }
+    }
+
     /// Report failure; the server applies the job's retry policy.
     pub fn fail(
         &mut self,

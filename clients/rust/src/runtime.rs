@@ -166,29 +166,43 @@ struct Report {
 
 /// Deliver a report. A server error reply (e.g. the job was cancelled or
 /// its reservation expired) is final, so only connection errors are kept
-/// for a retry after reconnecting.
-fn deliver(conn: &mut Client, pending: &mut Option<Report>) -> Result<()> {
+/// for a retry after reconnecting. With `fetch` queues, an ACK also takes the
+/// next job (`ACK … fetch`), which is returned.
+fn deliver(
+    conn: &mut Client,
+    pending: &mut Option<Report>,
+    fetch: Option<&[&str]>,
+) -> Result<Option<Value>> {
     let Some(r) = pending.as_ref() else {
-        return Ok(());
+        return Ok(None);
     };
-    let res = match &r.outcome {
-        JobOutcome::Ack(result) => conn.ack(&r.id, result.as_ref()),
-        JobOutcome::Fail {
-            error_type,
-            message,
-            backtrace,
-        } => conn.fail(&r.id, error_type, message, backtrace),
+    let res = match (&r.outcome, fetch) {
+        (JobOutcome::Ack(result), Some(queues)) => {
+            conn.ack_fetch(&r.id, result.as_ref(), queues, None)
+        }
+        (JobOutcome::Ack(result), None) => conn.ack(&r.id, result.as_ref()).map(|()| None),
+        (
+            JobOutcome::Fail {
+                error_type,
+                message,
+                backtrace,
+            },
+            _,
+        ) => conn
+            .fail(&r.id, error_type, message, backtrace)
+            .map(|()| None),
     };
     match res {
         Err(e) if e.is_connection_error() => Err(e),
-        _ => {
+        res => {
             *pending = None;
-            Ok(())
+            Ok(res.unwrap_or(None))
         }
     }
 }
 
-/// One processor slot: FETCH → handler → ACK/FAIL until terminated.
+/// One processor slot: FETCH when it holds no job, handler, then ACK with
+/// fetch (the reply is the next job) or FAIL, until terminated.
 pub(crate) fn processor(
     slot: usize,
     cfg: &Config,
@@ -198,6 +212,7 @@ pub(crate) fn processor(
     let queues: Vec<&str> = cfg.queues.iter().map(String::as_str).collect();
     let mut conn: Option<Client> = None;
     let mut pending: Option<Report> = None;
+    let mut held: Option<Value> = None;
     let mut failures = 0u32;
     loop {
         let c = match conn.as_mut() {
@@ -207,7 +222,7 @@ pub(crate) fn processor(
                 None => break,
             },
         };
-        match step(slot, c, &queues, handlers, shared, &mut pending) {
+        match step(slot, c, &queues, handlers, shared, &mut pending, &mut held) {
             Ok(true) => failures = 0,
             Ok(false) => break,
             Err(e) => {
@@ -240,18 +255,27 @@ fn step(
     handlers: &HashMap<String, Handler>,
     shared: &Shared,
     pending: &mut Option<Report>,
+    held: &mut Option<Value>,
 ) -> Result<bool> {
-    deliver(conn, pending)?;
-    match shared.mode() {
-        Mode::Terminate => return Ok(false),
-        Mode::Quiet => {
-            shared.wait_while_quiet();
-            return Ok(true);
+    // A report left over from a lost connection: a plain ACK, then FETCH.
+    deliver(conn, pending, None)?;
+    // A job in hand (from the last ACK) is run whatever the mode: it is ours.
+    let job = match held.take() {
+        Some(job) => job,
+        None => {
+            match shared.mode() {
+                Mode::Terminate => return Ok(false),
+                Mode::Quiet => {
+                    shared.wait_while_quiet();
+                    return Ok(true);
+                }
+                Mode::Running => {}
+            }
+            let Some(job) = conn.fetch(queues)? else {
+                return Ok(true); // nothing within the server's block time
+            };
+            job
         }
-        Mode::Running => {}
-    }
-    let Some(job) = conn.fetch(queues)? else {
-        return Ok(true); // nothing within the server's block time
     };
     // Without an id the job can be neither run safely nor reported.
     let Some(id) = job.get("id").and_then(Value::as_str).map(str::to_string) else {
@@ -265,7 +289,9 @@ fn step(
         shared.failed.fetch_add(1, Ordering::Relaxed);
     }
     *pending = Some(Report { id, outcome });
-    deliver(conn, pending)?;
+    // While quiet or terminating, ACK without taking a new job.
+    let fetch = (shared.mode() == Mode::Running).then_some(queues);
+    *held = deliver(conn, pending, fetch)?;
     Ok(true)
 }
 

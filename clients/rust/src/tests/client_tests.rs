@@ -305,3 +305,35 @@ fn connection_is_unusable_after_truncated_reply() {
     h.join().unwrap();
     assert!(matches!(client.info(), Err(Error::Protocol(_))));
 }
+
+#[test]
+fn ack_fetch_returns_the_next_job_or_none() {
+    let (mut client, h) = with_server(|c| {
+        let body: Value = serde_json::from_str(&c.expect("ACK")).unwrap();
+        assert_eq!(
+            body,
+            json!({"id": "j1", "result": {"n": 1}, "fetch": ["a", "b"]})
+        );
+        c.bulk(r#"{"id":"j2","type":"t","args":[]}"#);
+        let body: Value = serde_json::from_str(&c.expect("ACK")).unwrap();
+        assert_eq!(
+            body,
+            json!({"id": "j2", "fetch": ["default"], "wait_ms": 0})
+        );
+        c.send("$-1\r\n");
+        c.expect("ACK");
+        c.send("-ERR NOT_OWNER job j3 is held by another worker\r\n");
+    });
+    let next = client
+        .ack_fetch("j1", Some(&json!({"n": 1})), &["a", "b"], None)
+        .unwrap();
+    assert_eq!(next.unwrap()["id"], "j2");
+    assert_eq!(client.ack_fetch("j2", None, &[], Some(0)).unwrap(), None);
+    let err = client.ack_fetch("j3", None, &["a"], None).unwrap_err();
+    assert_eq!(err.code(), Some("NOT_OWNER"));
+    assert!(matches!(
+        client.ack_fetch("j4", None, &["bad queue"], None),
+        Err(Error::Protocol(_))
+    ));
+    h.join().unwrap();
+}

@@ -18,6 +18,7 @@ type BeatHook = Box<dyn Fn(&Value) + Send + Sync>;
 #[derive(Debug)]
 enum Ev {
     Hello(Value),
+    Fetch,
     Ack(Value),
     Fail(Value),
     Beat(Value),
@@ -69,25 +70,24 @@ fn serve_conn(mut c: Conn, b: &Broker) {
                 if b.drop_first_fetch.swap(false, Ordering::SeqCst) {
                     return;
                 }
-                let job = b.jobs.lock().unwrap().pop_front();
-                match job {
-                    Some(j) => c.bulk(&j.to_string()),
-                    None => {
-                        // Stand-in for the server-side block; only throttles.
-                        thread::sleep(Duration::from_millis(20));
-                        c.send("$-1\r\n");
-                    }
-                }
+                b.emit(Ev::Fetch);
+                next_job(&mut c, b);
             }
             "ACK" | "FAIL" => {
+                let body = payload();
+                let fetch = verb == "ACK" && body.get("fetch").is_some();
                 b.emit(if verb == "ACK" {
-                    Ev::Ack(payload())
+                    Ev::Ack(body)
                 } else {
-                    Ev::Fail(payload())
+                    Ev::Fail(body)
                 });
                 *b.resolved.lock().unwrap() += 1;
                 b.resolved_cv.notify_all();
-                c.send("+OK\r\n");
+                if fetch {
+                    next_job(&mut c, b); // ACK … fetch: the reply is the next job
+                } else {
+                    c.send("+OK\r\n");
+                }
             }
             "BEAT" => {
                 let beat = payload();
@@ -114,6 +114,19 @@ fn serve_conn(mut c: Conn, b: &Broker) {
                 return;
             }
             other => panic!("unexpected command {other}"),
+        }
+    }
+}
+
+/// Answer a FETCH (or an ACK with fetch): the next job, or null.
+fn next_job(c: &mut Conn, b: &Broker) {
+    let job = b.jobs.lock().unwrap().pop_front();
+    match job {
+        Some(j) => c.bulk(&j.to_string()),
+        None => {
+            // Stand-in for the server-side block; only throttles.
+            thread::sleep(Duration::from_millis(20));
+            c.send("$-1\r\n");
         }
     }
 }
@@ -182,7 +195,17 @@ fn worker_acks_fails_unknown_and_terminates_on_beat() {
             _ => None,
         })
         .collect();
-    assert_eq!(acks, vec![&json!({"id": "j1", "result": {"sent": true}})]);
+    assert_eq!(
+        acks,
+        vec![&json!({"id": "j1", "result": {"sent": true}, "fetch": ["default"]})]
+    );
+    // j2 came with j1's ACK: one FETCH before the first job, none between.
+    let fetches_before_fail = evs
+        .iter()
+        .take_while(|e| !matches!(e, Ev::Fail(_)))
+        .filter(|e| matches!(e, Ev::Fetch))
+        .count();
+    assert_eq!(fetches_before_fail, 1);
     let fails: Vec<&Value> = evs
         .iter()
         .filter_map(|e| match e {
@@ -239,7 +262,10 @@ fn heartbeat_reports_active_jobs_and_panics_become_failures() {
             _ => {}
         }
     }
-    assert_eq!(ack.unwrap(), json!({"id": "s1", "result": "done"}));
+    assert_eq!(
+        ack.unwrap(),
+        json!({"id": "s1", "result": "done", "fetch": ["default"]})
+    );
     let fail = fail.unwrap();
     assert_eq!(
         (fail["id"].as_str(), fail["error"]["type"].as_str()),
@@ -325,4 +351,65 @@ fn unreachable_server_gives_up_after_bounded_attempts() {
     }; // listener dropped: connections are refused
     let res = Worker::new(&addr).max_reconnect_attempts(2).run();
     assert!(matches!(res, Err(Error::Io(_))), "{:?}", res.map(|_| ()));
+}
+
+#[test]
+fn each_ack_carries_the_next_job() {
+    let broker = Broker {
+        terminate_after: Some(3),
+        ..Default::default()
+    };
+    let (addr, rx) = broker.start(
+        (1..=3)
+            .map(|i| json!({"id": format!("n{i}"), "type": "t", "args": [i]}))
+            .collect(),
+    );
+    let stats = fast_worker(&addr)
+        .queues(&["hi", "lo"])
+        .register("t", |job| JobOutcome::Ack(Some(job["args"][0].clone())))
+        .run()
+        .unwrap();
+    assert_eq!(stats.processed, 3);
+    let evs = until_ends(&rx, 2);
+    let work: Vec<String> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Fetch => Some("FETCH".to_string()),
+            Ev::Ack(a) => {
+                assert_eq!(a["fetch"], json!(["hi", "lo"]));
+                Some(format!("ACK {} {}", a["id"].as_str().unwrap(), a["result"]))
+            }
+            _ => None,
+        })
+        .collect();
+    // One FETCH, then each ACK takes the next job; FETCH again only once empty.
+    assert_eq!(work[..4], ["FETCH", "ACK n1 1", "ACK n2 2", "ACK n3 3"]);
+    assert!(work[4..].iter().all(|w| w == "FETCH"), "{work:?}");
+}
+
+#[test]
+fn a_stopping_worker_acks_without_fetch() {
+    let (addr, rx) = Broker::default().start(vec![
+        json!({"id": "a1", "type": "t", "args": []}),
+        json!({"id": "a2", "type": "t", "args": []}),
+    ]);
+    let worker = fast_worker(&addr);
+    let stop = worker.stop_handle();
+    let stats = worker
+        .register("t", move |_| {
+            stop.stop(); // the worker is asked to stop while the job runs
+            JobOutcome::ok()
+        })
+        .run()
+        .unwrap();
+    assert_eq!(stats.processed, 1);
+    let evs = until_ends(&rx, 2);
+    let acks: Vec<&Value> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Ack(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acks, vec![&json!({"id": "a1"})]);
 }
