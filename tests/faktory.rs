@@ -340,3 +340,35 @@ fn a_resent_push_is_accepted_once_and_a_different_one_refused() {
         "DUPLICATE_JOB"
     );
 }
+
+/// A Faktory jid finds its job wherever a user types it (issue 22): `JOB <jid>` and
+/// `CANCEL <jid>` on the OJS port, `GET /ojs/v1/jobs/<jid>` over HTTP, and the CLI.
+#[test]
+fn a_jid_finds_its_job_on_every_port() {
+    let s = start();
+    let mut f = Conn::open(&s.faktory_addr, None);
+    let job = json!({"jid": "order-4711-abc", "jobtype": "Ship", "args": [7], "queue": "q2"});
+    assert_eq!(f.call(&format!("PUSH {job}")), "+OK");
+    let id = ojsd::protocol::faktory::ojs_id("order-4711-abc");
+    let mut o = s.client();
+    let got = common::call_json(&mut o, "JOB order-4711-abc");
+    assert_eq!(
+        (got["id"].as_str(), &got["args"]),
+        (Some(id.as_str()), &json!([7]))
+    );
+    let h = common::http::get(&s.http_addr, "/ojs/v1/jobs/order-4711-abc");
+    assert_eq!(h.status, 200, "{}", h.text());
+    assert_eq!(h.json()["job"]["id"], id.as_str());
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_ojsd"))
+        .args(["job", "order-4711-abc", "--json"])
+        .env("OJSD_ADDR", &s.addr)
+        .env_remove("OJSD_PASSWORD")
+        .output()
+        .expect("run the CLI");
+    let shown: serde_json::Value = serde_json::from_slice(&cli.stdout).expect("JSON");
+    assert_eq!(shown["id"], id.as_str());
+    common::call_ok(&mut o, "CANCEL order-4711-abc");
+    assert_eq!(common::state_of(&mut o, &id), "cancelled");
+    // An id that is neither a UUID nor a known jid is simply not found.
+    assert_eq!(common::err_code(&mut o, "JOB never-pushed"), "NOT_FOUND");
+}

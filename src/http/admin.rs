@@ -29,6 +29,7 @@ use crate::engine::api::WorkerList;
 use crate::engine::Answer;
 use crate::protocol::admin::{self as parse, DeadCmd, QueueCmd};
 use crate::protocol::command::WorkerDirective;
+use crate::protocol::faktory::job_ref;
 use crate::protocol::Command;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -341,10 +342,11 @@ pub(super) async fn dead_stats(State(st): State<AppState>) -> Res {
 }
 
 pub(super) async fn dead_get(State(st): State<AppState>, Path(id): Path<String>) -> Res {
-    shown(&st, Command::Dead(DeadCmd::Get(id))).await
+    shown(&st, Command::Dead(DeadCmd::Get(job_ref(id)))).await
 }
 
 pub(super) async fn dead_retry(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    let id = job_ref(id);
     call(&st, Command::Dead(DeadCmd::Retry(id.clone()))).await?;
     match call(&st, Command::Job { id }).await? {
         Answer::Job(j) => Ok(ok_json(&json!({ "job": j }))),
@@ -353,6 +355,7 @@ pub(super) async fn dead_retry(State(st): State<AppState>, Path(id): Path<String
 }
 
 pub(super) async fn dead_delete(State(st): State<AppState>, Path(id): Path<String>) -> Res {
+    let id = job_ref(id);
     call(&st, Command::Dead(DeadCmd::Delete(id.clone()))).await?;
     // The binding's `{deleted, job_id}`, and `id` as before.
     Ok(ok_json(&json!({"deleted": true, "job_id": id, "id": id})))

@@ -25,6 +25,7 @@ use crate::error::{ErrorCode, OjsError};
 use crate::job::State;
 use crate::protocol::command::BeatReport;
 use crate::protocol::command::WorkerDirective;
+use crate::protocol::faktory::job_ref;
 use crate::protocol::reply::envelopes;
 use crate::protocol::Command;
 use axum::body::Bytes;
@@ -171,6 +172,7 @@ pub(super) async fn get_job(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    let id = job_ref(id);
     Ok(job_body(StatusCode::OK, &read(&st, &id).await?))
 }
 
@@ -181,6 +183,7 @@ pub(super) async fn cancel(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    let id = job_ref(id);
     let cmd = Command::Cancel { id: id.clone() };
     let job = changed(&st, None, &id, cmd, "a job that is not yet finished").await?;
     Ok(job_body(StatusCode::OK, &job))
@@ -190,6 +193,7 @@ pub(super) async fn activate(
     AxState(st): AxState<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    let id = job_ref(id);
     let cmd = Command::Activate { id: id.clone() };
     let job = changed(&st, None, &id, cmd, "a pending job").await?;
     Ok(job_body(StatusCode::OK, &job))

@@ -6,6 +6,7 @@
 //! `DEAD DELETE {filter}`) need `"confirm": true` (ojs-admin-api §4 "safe by default"),
 //! and their payloads refuse unknown keys: a misspelt filter must not widen a purge.
 
+use super::faktory::job_ref;
 use super::words::{json_object, malformed, split_verb};
 pub use crate::engine::request::{
     DeadCmd, DeadFilter, JobSet, JobsQuery, MutateCmd, MutateOp, QueueCmd, QueueLimit, SetFilter,
@@ -142,7 +143,7 @@ pub fn parse_dead(payload: &str) -> OjsResult<DeadCmd> {
     match sub.as_str() {
         "LIST" if rest.is_empty() => dead_list(&Map::new()),
         "LIST" => dead_list(&json_object("DEAD LIST", rest)?),
-        "GET" => Ok(DeadCmd::Get(one_word("DEAD GET", rest, "job id")?)),
+        "GET" => Ok(DeadCmd::Get(job_ref(one_word("DEAD GET", rest, "job id")?))),
         "STATS" if rest.is_empty() => Ok(DeadCmd::Stats),
         "STATS" => Err(malformed("DEAD STATS takes no arguments")),
         "RETRY" | "DELETE" => {
@@ -154,7 +155,7 @@ pub fn parse_dead(payload: &str) -> OjsResult<DeadCmd> {
                     _ => DeadCmd::DeleteAll(filter),
                 })
             } else {
-                let id = one_word(&verb, rest, "job id (or a JSON filter)")?;
+                let id = job_ref(one_word(&verb, rest, "job id (or a JSON filter)")?);
                 Ok(match sub.as_str() {
                     "RETRY" => DeadCmd::Retry(id),
                     _ => DeadCmd::Delete(id),
@@ -435,8 +436,9 @@ mod tests {
     #[test]
     fn dead_commands() {
         assert_eq!(parse_dead("STATS").unwrap(), DeadCmd::Stats);
-        assert_eq!(parse_dead("GET x").unwrap(), DeadCmd::Get("x".into()));
-        assert_eq!(parse_dead("RETRY x").unwrap(), DeadCmd::Retry("x".into()));
+        let x = crate::protocol::faktory::ojs_id("x");
+        assert_eq!(parse_dead("GET x").unwrap(), DeadCmd::Get(x.clone()));
+        assert_eq!(parse_dead("RETRY x").unwrap(), DeadCmd::Retry(x.clone()));
         let f = DeadFilter {
             queue: Some("q".into()),
             ..Default::default()

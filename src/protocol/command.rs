@@ -2,6 +2,7 @@
 //! envelope must contain is decided by the job model, not here, so another job dialect can
 //! reuse this layer.
 
+use super::faktory::job_ref;
 use super::words::{json_object, json_payload, malformed, split_verb};
 use crate::auth::{Need, Role};
 use crate::error::{ErrorCode, OjsError, OjsResult};
@@ -181,7 +182,7 @@ const MAX_DETAILS_BYTES: usize = 16 * 1024;
 /// `id` (OJS) or `jid` (Faktory) from an object payload.
 fn job_id(verb: &str, obj: &Map<String, Value>) -> OjsResult<String> {
     match obj.get("id").or_else(|| obj.get("jid")) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() => Ok(job_ref(s.clone())),
         Some(_) => Err(malformed(format!("{verb}: id must be a non-empty string"))),
         None => Err(malformed(format!("{verb}: id is required"))),
     }
@@ -223,7 +224,7 @@ fn id_payload(verb: &str, payload: &str) -> OjsResult<String> {
         if id.is_empty() || id.contains(char::is_whitespace) {
             return Err(malformed(format!("{verb} needs a job id")));
         }
-        return Ok(id.to_string());
+        return Ok(job_ref(id.to_string()));
     }
     job_id(verb, &json_object(verb, payload)?)
 }
@@ -448,7 +449,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             id: id_payload("ACTIVATE", payload)?,
         }),
         "JOB" => Ok(Command::Job {
-            id: single_word("JOB", payload, "job id")?,
+            id: job_ref(single_word("JOB", payload, "job id")?),
         }),
         "INFO" => Ok(Command::Info),
         "QUEUE" => super::admin::parse_queue(payload).map(Command::Queue),
@@ -571,14 +572,16 @@ mod tests {
         assert_eq!(
             parse_command(br#"ack {"jid":"x","result":1}"#).unwrap(),
             Command::Ack {
-                id: "x".into(),
+                id: crate::protocol::faktory::ojs_id("x"),
                 result: Some(json!(1)),
                 handed_out: false,
             }
         );
         assert_eq!(
             parse_command(b"CANCEL abc").unwrap(),
-            Command::Cancel { id: "abc".into() }
+            Command::Cancel {
+                id: crate::protocol::faktory::ojs_id("abc")
+            }
         );
         assert_eq!(parse_command(b"END").unwrap(), Command::End);
     }

@@ -52,6 +52,18 @@ pub fn ojs_id(jid: &str) -> String {
     uuid::Uuid::from_bytes(b).hyphenated().to_string()
 }
 
+/// A job as a user names it, on any port: a UUID is an OJS id and stays as it is; anything
+/// else is taken for a Faktory jid and becomes that job's OJS id ([`ojs_id`]), so `JOB
+/// <jid>`, the CLI, the dashboard's find box and `GET /ojs/v1/jobs/<jid>` find a job pushed
+/// through the Faktory port.
+pub fn job_ref(typed: String) -> String {
+    if uuid::Uuid::try_parse(&typed).is_ok() {
+        typed
+    } else {
+        ojs_id(&typed)
+    }
+}
+
 /// The jid of a job (also used to report PUSHB's rejections).
 pub fn jid_of(f: &Map<String, Value>) -> OjsResult<String> {
     match f.get("jid") {

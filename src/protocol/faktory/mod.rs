@@ -11,7 +11,7 @@
 mod job;
 mod names;
 
-pub use job::{check_jid, ojs_id, to_faktory_job, to_ojs_job, MAX_JID_BYTES};
+pub use job::{check_jid, job_ref, ojs_id, to_faktory_job, to_ojs_job, MAX_JID_BYTES};
 pub use names::{faktory_queue, faktory_type, ojs_queue, ojs_type};
 
 use crate::engine::api::Info;
