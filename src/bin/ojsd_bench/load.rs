@@ -1,7 +1,7 @@
 //! The load itself: producer and worker connections, one thread each, and the shared
 //! bookkeeping for exactly-once delivery, pickup latency and timing.
 
-use super::envelope::{ack_line, parse_fetched, unix_nanos, Envelope};
+use super::envelope::{parse_fetched, unix_nanos, Dialect, Envelope};
 use ojs_client::{Client, ConnectOptions, Reply};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -34,6 +34,8 @@ pub struct LoadConfig {
     pub payload: usize,
     pub queue: String,
     pub run: u64,
+    /// The wire dialect: the OJS port, or the Faktory port (one job per FETCH).
+    pub dialect: Dialect,
 }
 
 /// State every thread of a run shares.
@@ -170,7 +172,7 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
                 let now = Instant::now();
                 if due > now && !in_flight.is_empty() {
                     // Collect a reply while waiting for the next slot.
-                    if !read_push(&mut client, shared, &mut in_flight, idx) {
+                    if !read_push(&mut client, shared, env, &mut in_flight, idx) {
                         return;
                     }
                     continue;
@@ -201,7 +203,7 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
                 continue; // paced: send the next one on time, read replies meanwhile
             }
         }
-        if !read_push(&mut client, shared, &mut in_flight, idx) {
+        if !read_push(&mut client, shared, env, &mut in_flight, idx) {
             return;
         }
     }
@@ -211,12 +213,13 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
 fn read_push(
     client: &mut Client,
     shared: &Shared,
+    env: &Envelope,
     in_flight: &mut VecDeque<u64>,
     idx: usize,
 ) -> bool {
     let count = in_flight.pop_front().unwrap_or(0);
     match client.read_reply() {
-        Ok(Reply::Bulk(_)) => {
+        Ok(r) if env.push_accepted(&r) => {
             let total = shared.pushed.fetch_add(count, Ordering::Relaxed) + count;
             if total >= shared.n {
                 shared
@@ -244,7 +247,7 @@ enum Cmd {
 
 /// One worker connection: FETCH (or FETCH COUNT), ACK every job, until every job of the run
 /// has been delivered. Returns the pickup latencies it observed, in nanoseconds.
-pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
+pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> Vec<u64> {
     let mut lat = Vec::with_capacity((shared.n as usize / cfg.workers.max(1)) + 16);
     let wid = format!("bench-{:x}-w{idx}", cfg.run);
     let mut client = match connect(cfg, Some(wid)) {
@@ -255,8 +258,8 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
         }
     };
     let fetch = match cfg.mode {
-        Mode::One => format!("FETCH {}", cfg.queue),
-        Mode::Batch => format!("FETCH {} COUNT {}", cfg.queue, cfg.batch.clamp(1, 1000)),
+        Mode::One => env.fetch_line(1),
+        Mode::Batch => env.fetch_line(cfg.batch.clamp(1, 1000)),
     };
     let depth = cfg.worker_pipeline.max(1);
     let mut out: VecDeque<Cmd> = VecDeque::new();
@@ -329,7 +332,7 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
                             shared.foreign.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    if let Err(e) = client.send_line(&ack_line(&job.id)) {
+                    if let Err(e) = client.send_line(&env.ack_line(&job.id)) {
                         shared.fatal(format!("worker {idx}: send: {e}"));
                         return lat;
                     }
@@ -386,14 +389,19 @@ pub fn tally(shared: &Shared) -> Tally {
 
 /// Run producers and workers to completion (or timeout); returns all pickup latencies.
 pub fn run(cfg: &LoadConfig, shared: &Arc<Shared>) -> Vec<u64> {
-    let env = Arc::new(Envelope::new(&cfg.queue, cfg.run, cfg.payload));
+    let env = Arc::new(Envelope::with_dialect(
+        &cfg.queue,
+        cfg.run,
+        cfg.payload,
+        cfg.dialect,
+    ));
     let active = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for w in 0..cfg.workers {
-        let (cfg, shared, active) = (cfg.clone(), shared.clone(), active.clone());
+        let (cfg, shared, active, env) = (cfg.clone(), shared.clone(), active.clone(), env.clone());
         handles.push(spawn(format!("w{w}"), move || {
             active.fetch_add(1, Ordering::Relaxed);
-            worker(&cfg, &shared, w)
+            worker(&cfg, &shared, &env, w)
         }));
     }
     let mut producers = Vec::new();
