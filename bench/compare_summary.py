@@ -180,9 +180,12 @@ for port in (OJSD, FAKTORY):
                     a = jobs_per_s(st, port, run=r["run"])
                     b = get(r, lambda d: d["jobs_per_s"])
                     vals.append(a / b if a and b else None)
-                note = "" if st == "usual" else " (the targets name usual settings; for reference)"
+                why = []
+                if st != "usual":
+                    why.append("the targets name usual settings")
                 if peer == "list" and "always" not in gdur:
-                    note += " (not durable: for reference)"
+                    why.append("this list is not durable")
+                note = f" (for reference: {'; '.join(why)})" if why else ""
                 lines.append(
                     f"- {port} >= {target:g}x {peer} ({st}, {gdur}): "
                     f"{rng(vals, ratio)} -> **{verdict(vals, lambda v: v >= target)}**{note}"
