@@ -4,7 +4,7 @@
 # against the targets; then a pickup-latency table at fixed offered rates.
 #
 # Workload (ojsd-bench `one`/`batch` modes; bench/peer-bench.js for the Redis peers):
-# COMPARE_JOBS jobs with ~300 bytes of args. Settings (SETTINGS="equal usual batch"):
+# COMPARE_JOBS jobs with ~300 bytes of args. Settings (SETTINGS="equal usual batch latency"):
 #   equal  every system at the same concurrency, one job per command: P producer
 #          connections with one add in flight each, C workers taking one job at a time
 #          (PRODUCERS=16 WORKERS=16).
@@ -20,7 +20,7 @@
 #          100 values + BLMPOP COUNT 100; the Faktory port PUSHB of 100, but FETCH is one
 #          job per command in Faktory, so its workers fetch one at a time, WORKERS (16) of
 #          them. BullMQ has no batch fetch; it is not in this setting.
-#   latency (LAT=1; LAT=0 skips it): offered rates LAT_RATES (2000 5000) jobs/s for
+#   latency offered rates LAT_RATES (2000 5000) jobs/s for
 #          LAT_SECONDS (15) each, 16 producers x 1 in flight, 16 workers, one job per
 #          command: ojsd (OJS port), the Faktory port, and the Redis list with
 #          appendfsync always (the durable one).
@@ -28,7 +28,9 @@
 # builds the command (just before the write to the socket); the worker takes the time
 # when the FETCH / BRPOP / BLMPOP reply has been read, before parsing the job; latency is
 # the difference (same machine, same clock). It therefore includes the push's own trip
-# and durable commit, not only the time the job waited once acknowledged.
+# and durable commit, not only the time the job waited once acknowledged; the latency
+# table also shows the pickups counted from the push *reply* (the producer has read it;
+# 0 when the worker had the job first), the definition of the 2026-11-26 latency note.
 # Redis persistence: AOF on, RDB snapshots off; REDIS_FSYNC="always everysec" runs each
 # peer once per appendfsync policy (`always` fsyncs before replying, like ojsd, which
 # fsyncs every group commit: the durable peer the targets name; `everysec` may lose the
@@ -47,13 +49,12 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 JOBS=${COMPARE_JOBS:-50000}
 PRODUCERS=${PRODUCERS:-16}
 WORKERS=${WORKERS:-16}
-SETTINGS=${SETTINGS:-"equal usual batch"}
+SETTINGS=${SETTINGS:-"equal usual batch latency"}
 REDIS_FSYNC=${REDIS_FSYNC:-"always everysec"}
 BATCH=${BATCH:-100}
 BATCH_JOBS=${BATCH_JOBS:-$((JOBS * 2))}
 BATCH_PRODUCERS=${BATCH_PRODUCERS:-4}
 BATCH_WORKERS=${BATCH_WORKERS:-4}
-LAT=${LAT:-1}
 LAT_RATES=${LAT_RATES:-"2000 5000"}
 LAT_SECONDS=${LAT_SECONDS:-15}
 RUNS=${RUNS:-1}
@@ -232,14 +233,8 @@ one_set() {
                     --jobs "$BATCH_JOBS" --batch "$BATCH" --producers "$BATCH_PRODUCERS" --workers "$BATCH_WORKERS"
             done
             ;;
-        *)
-            echo "unknown setting $setting (equal, usual, batch)" >&2
-            exit 2
-            ;;
-        esac
-    done
-    if [ "$LAT" = 1 ]; then
-        for rate in $LAT_RATES; do
+        latency)
+            for rate in $LAT_RATES; do
             n=$((rate * LAT_SECONDS))
             local c="$rate/s offered, P=$PRODUCERS x1 C=$WORKERS"
             run_ojsd "latency@$rate" ojs "$c" --mode one --jobs "$n" --rate "$rate" \
@@ -248,8 +243,14 @@ one_set() {
                 --producers "$PRODUCERS" --workers "$WORKERS"
             run_peer "latency@$rate" list always "$c" --jobs "$n" --rate "$rate" \
                 --producers "$PRODUCERS" --inflight 1 --workers "$WORKERS"
-        done
-    fi
+            done
+            ;;
+        *)
+            echo "unknown setting $setting (equal, usual, batch, latency)" >&2
+            exit 2
+            ;;
+        esac
+    done
 }
 
 for RUN in $(seq 1 "$RUNS"); do

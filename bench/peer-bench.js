@@ -21,6 +21,8 @@
 // written into the job when its command is built (just before it is written to the socket)
 // to the moment the consumer's BRPOP/BLMPOP reply (bullmq: the processor call) has been
 // received, before the job is parsed. Both clocks are the same wall clock on one machine.
+// latency_after_push_reply_ms counts the same pickups from the moment the producer had the
+// LPUSH (bullmq: add) reply instead, 0 when the consumer had the job first, as ojsd-bench.
 // Producers and consumers run in two child processes (Node is single-threaded; ojsd-bench
 // uses threads), started together; the parent prints one JSON object.
 // Modules come from NODE_PATH (compare.sh points it at bench/peers/node_modules).
@@ -83,6 +85,7 @@ async function producerRole() {
   process.send({ ready: true });
   await new Promise((res) => process.once('message', res));
   let pushed = 0;
+  const replyAt = new Float64Array(opts.jobs);
   const inflight = Math.max(1, opts.inflight);
   const unit = Math.max(1, opts.batch);
   // Milliseconds between two commands of one producer at the offered rate.
@@ -104,24 +107,29 @@ async function producerRole() {
         const ds = [];
         for (let k = s; k < e; k++) ds.push(job(k, pad));
         await c.send(ds);
+        const at = nowMs();
+        for (let k = s; k < e; k++) replyAt[k] = at;
         pushed += e - s;
       }
     }));
   }));
-  process.send({ pushDone: nowMs(), pushed });
+  process.send({ pushDone: nowMs(), pushed, replyAt: Array.from(replyAt) });
   await Promise.all(conns.map((c) => c.close()));
 }
 
 async function consumerRole() {
   const seen = new Uint8Array(opts.jobs);
   const lat = new Float64Array(opts.jobs);
+  const gotAt = new Float64Array(opts.jobs);
   let done = 0, dup = 0, foreign = 0, nlat = 0, finished = false;
   let finish;
   const allDone = new Promise((res) => { finish = res; });
   const take = (data, got) => {
     const seq = data && data.meta ? data.meta.bench_seq : undefined;
     if (typeof seq !== 'number' || seq < 0 || seq >= opts.jobs) { foreign++; return; }
-    if (nlat < lat.length) lat[nlat++] = (got || nowMs()) - data.meta.bench_ts;
+    const t = got || nowMs();
+    if (nlat < lat.length) lat[nlat++] = t - data.meta.bench_ts;
+    if (!seen[seq]) gotAt[seq] = t;
     if (seen[seq]++) dup++;
   };
   const completeOne = () => {
@@ -185,7 +193,7 @@ async function consumerRole() {
   let missing = 0;
   for (let i = 0; i < opts.jobs; i++) if (!seen[i]) missing++;
   process.send({
-    end, dup, missing, foreign,
+    end, dup, missing, foreign, gotAt: Array.from(gotAt),
     latency_ms: { p50: pct(50), p90: pct(90), p99: pct(99), max: sorted[sorted.length - 1] || 0 },
   });
   await stop();
@@ -218,6 +226,12 @@ async function main() {
   const [p, c] = await Promise.all([prodDone, consDone]);
   clearTimeout(timer);
   const r3 = (x) => Math.round(x * 1000) / 1000;
+  const after = [];
+  for (let i = 0; i < opts.jobs; i++) {
+    if (p.replyAt[i] && c.gotAt[i]) after.push(Math.max(0, c.gotAt[i] - p.replyAt[i]));
+  }
+  after.sort((a, b) => a - b);
+  const pa = (q) => (after.length ? after[Math.min(after.length - 1, Math.ceil((q / 100) * after.length) - 1)] : 0);
   const out = {
     kind: opts.kind, jobs: opts.jobs, producers: opts.producers, workers: opts.workers, inflight: opts.inflight,
     batch: opts.batch, rate_offered: opts.rate || null,
@@ -225,6 +239,7 @@ async function main() {
     push_per_s: r3(p.pushed / ((p.pushDone - t0) / 1000)),
     elapsed_s: r3((c.end - t0) / 1000),
     latency_ms: Object.fromEntries(Object.entries(c.latency_ms).map(([k, v]) => [k, r3(v)])),
+    latency_after_push_reply_ms: { p50: r3(pa(50)), p90: r3(pa(90)), p99: r3(pa(99)), max: r3(after[after.length - 1] || 0), samples: after.length },
     exactly_once: { ok: c.dup === 0 && c.missing === 0, duplicates: c.dup, missing: c.missing, foreign: c.foreign },
   };
   console.log(JSON.stringify(out));

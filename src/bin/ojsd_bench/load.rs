@@ -46,6 +46,10 @@ pub struct Shared {
     /// Per job: how many times a FETCH delivered it, and how many ACKs succeeded (saturating).
     pub fetched: Vec<AtomicU8>,
     pub acks: Vec<AtomicU8>,
+    /// Per job, unix ns: when its push reply was read, and when a FETCH first delivered it
+    /// (0 until then), for the pickup latency counted from the push reply.
+    pub push_reply_at: Vec<AtomicU64>,
+    pub delivered_at: Vec<AtomicU64>,
     pub unique_delivered: AtomicU64,
     pub acked: AtomicU64,
     pub pushed: AtomicU64,
@@ -68,6 +72,8 @@ impl Shared {
             deadline: start + timeout,
             fetched: (0..n).map(|_| AtomicU8::new(0)).collect(),
             acks: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            push_reply_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            delivered_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
             unique_delivered: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             pushed: AtomicU64::new(0),
@@ -156,7 +162,8 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
         .map(|r| unit as f64 * cfg.producers as f64 / r.max(1e-9));
     let depth = cfg.pipeline.max(1);
     let t0 = Instant::now();
-    let mut in_flight: VecDeque<u64> = VecDeque::new();
+    // The sequence numbers `[from, to)` of each command in flight.
+    let mut in_flight: VecDeque<(u64, u64)> = VecDeque::new();
     let mut seq = from;
     let mut sent = 0u64;
     loop {
@@ -189,7 +196,7 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
             if let Err(e) = client.send_line(&line) {
                 return shared.fatal(format!("producer {idx}: send: {e}"));
             }
-            in_flight.push_back(end - seq);
+            in_flight.push_back((seq, end));
             seq = end;
             sent += 1;
             let room = in_flight.len() < depth && seq < to;
@@ -214,12 +221,17 @@ fn read_push(
     client: &mut Client,
     shared: &Shared,
     env: &Envelope,
-    in_flight: &mut VecDeque<u64>,
+    in_flight: &mut VecDeque<(u64, u64)>,
     idx: usize,
 ) -> bool {
-    let count = in_flight.pop_front().unwrap_or(0);
+    let (from, to) = in_flight.pop_front().unwrap_or((0, 0));
+    let count = to - from;
     match client.read_reply() {
         Ok(r) if env.push_accepted(&r) => {
+            let now = unix_nanos();
+            for s in from..to {
+                shared.push_reply_at[s as usize].store(now, Ordering::Relaxed);
+            }
             let total = shared.pushed.fetch_add(count, Ordering::Relaxed) + count;
             if total >= shared.n {
                 shared
@@ -325,6 +337,7 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
                         Some(s) => {
                             lat.push(got.saturating_sub(job.meta.bench_ts));
                             if Shared::bump(&shared.fetched[s as usize]) == 0 {
+                                shared.delivered_at[s as usize].store(got, Ordering::Relaxed);
                                 shared.unique_delivered.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -357,6 +370,21 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
         }
     }
     lat
+}
+
+/// Pickup latency counted from the push reply instead of the send: per delivered job, its
+/// first delivery minus the moment its producer read the push reply, in ns; 0 when the
+/// worker had it before the producer read the reply (both happen after the same commit).
+pub fn after_push_reply(shared: &Shared) -> Vec<u64> {
+    shared
+        .push_reply_at
+        .iter()
+        .zip(&shared.delivered_at)
+        .filter_map(|(r, d)| {
+            let (r, d) = (r.load(Ordering::Relaxed), d.load(Ordering::Relaxed));
+            (r != 0 && d != 0).then(|| d.saturating_sub(r))
+        })
+        .collect()
 }
 
 /// Exactly-once tally: jobs never delivered, delivered more than once, never acked.
