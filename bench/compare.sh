@@ -263,6 +263,6 @@ echo
 echo "- machine: $(nproc) cores, load average $LOAD_BEFORE at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; kernel $(uname -r)"
 echo "- ojsd: $("$OJSD" --version 2>/dev/null | head -1) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); binaries: $OJSD, $BENCH"
 echo "- peers: redis $(redis-server --version | grep -o 'v=[0-9.]*' | cut -c3-), bullmq $BULLMQ_VERSION, ioredis $(node -p "require('ioredis/package.json').version" 2>/dev/null || echo '?'), node $(node --version)"
-echo "- $RUNS run(s) of the whole set, back to back; $JOBS jobs per one-job run, $BATCH_JOBS per batch run (Faktory batch: $JOBS), ~300 B of args; latency runs $LAT_SECONDS s per rate"
+echo "- settings: $SETTINGS; $RUNS run(s) of the whole set, back to back; $JOBS jobs per one-job run, $BATCH_JOBS per batch run (Faktory batch: $JOBS), ~300 B of args; latency runs $LAT_SECONDS s per rate"
 echo
 python3 "$ROOT/bench/compare_summary.py" "$RESULTS"
