@@ -11,17 +11,23 @@ else
     BENCH=$TARGET/release/ojsd-bench
 fi
 
-# start_server DATA_DIR [LISTEN] [LOG_LEVEL]: start $OJSD, its stdout in $TMP/ojsd.out and
-# stderr appended to $TMP/ojsd.err; sets SERVER_PID and ADDR once it listens.
+# start_server DATA_DIR [LISTEN] [LOG_LEVEL] [EXTRA_ARGS...]: start $OJSD, its stdout in
+# $TMP/ojsd.out and stderr appended to $TMP/ojsd.err; sets SERVER_PID and ADDR once it
+# listens, and FAKTORY_ADDR too when EXTRA_ARGS include --faktory-listen.
 start_server() {
     local dir=$1 listen=${2:-127.0.0.1:0} level=${3:-warn}
+    shift $(($# < 3 ? $# : 3))
+    local want_faktory=""
+    case " $* " in *" --faktory-listen "*) want_faktory=1 ;; esac
     : >"$TMP/ojsd.out"
-    "$OJSD" --listen "$listen" --data-dir "$dir" --log-level "$level" \
+    FAKTORY_ADDR=""
+    "$OJSD" --listen "$listen" --data-dir "$dir" --log-level "$level" "$@" \
         >"$TMP/ojsd.out" 2>>"$TMP/ojsd.err" &
     SERVER_PID=$!
     for _ in $(seq 1 600); do
         ADDR=$(sed -n 's/^ojsd listening on //p' "$TMP/ojsd.out")
-        [ -n "$ADDR" ] && return 0
+        [ -n "$want_faktory" ] && FAKTORY_ADDR=$(sed -n 's/^ojsd faktory listening on //p' "$TMP/ojsd.out")
+        [ -n "$ADDR" ] && { [ -z "$want_faktory" ] || [ -n "$FAKTORY_ADDR" ]; } && return 0
         kill -0 "$SERVER_PID" 2>/dev/null || break
         sleep 0.1
     done

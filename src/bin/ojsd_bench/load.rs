@@ -1,7 +1,7 @@
 //! The load itself: producer and worker connections, one thread each, and the shared
 //! bookkeeping for exactly-once delivery, pickup latency and timing.
 
-use super::envelope::{ack_line, parse_fetched, unix_nanos, Envelope};
+use super::envelope::{parse_fetched, unix_nanos, Dialect, Envelope};
 use ojs_client::{Client, ConnectOptions, Reply};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -34,6 +34,8 @@ pub struct LoadConfig {
     pub payload: usize,
     pub queue: String,
     pub run: u64,
+    /// The wire dialect: the OJS port, or the Faktory port (one job per FETCH).
+    pub dialect: Dialect,
 }
 
 /// State every thread of a run shares.
@@ -44,6 +46,10 @@ pub struct Shared {
     /// Per job: how many times a FETCH delivered it, and how many ACKs succeeded (saturating).
     pub fetched: Vec<AtomicU8>,
     pub acks: Vec<AtomicU8>,
+    /// Per job, unix ns: when its push reply was read, and when a FETCH first delivered it
+    /// (0 until then), for the pickup latency counted from the push reply.
+    pub push_reply_at: Vec<AtomicU64>,
+    pub delivered_at: Vec<AtomicU64>,
     pub unique_delivered: AtomicU64,
     pub acked: AtomicU64,
     pub pushed: AtomicU64,
@@ -66,6 +72,8 @@ impl Shared {
             deadline: start + timeout,
             fetched: (0..n).map(|_| AtomicU8::new(0)).collect(),
             acks: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            push_reply_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            delivered_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
             unique_delivered: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             pushed: AtomicU64::new(0),
@@ -154,7 +162,8 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
         .map(|r| unit as f64 * cfg.producers as f64 / r.max(1e-9));
     let depth = cfg.pipeline.max(1);
     let t0 = Instant::now();
-    let mut in_flight: VecDeque<u64> = VecDeque::new();
+    // The sequence numbers `[from, to)` of each command in flight.
+    let mut in_flight: VecDeque<(u64, u64)> = VecDeque::new();
     let mut seq = from;
     let mut sent = 0u64;
     loop {
@@ -170,7 +179,7 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
                 let now = Instant::now();
                 if due > now && !in_flight.is_empty() {
                     // Collect a reply while waiting for the next slot.
-                    if !read_push(&mut client, shared, &mut in_flight, idx) {
+                    if !read_push(&mut client, shared, env, &mut in_flight, idx) {
                         return;
                     }
                     continue;
@@ -187,7 +196,7 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
             if let Err(e) = client.send_line(&line) {
                 return shared.fatal(format!("producer {idx}: send: {e}"));
             }
-            in_flight.push_back(end - seq);
+            in_flight.push_back((seq, end));
             seq = end;
             sent += 1;
             let room = in_flight.len() < depth && seq < to;
@@ -201,7 +210,7 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
                 continue; // paced: send the next one on time, read replies meanwhile
             }
         }
-        if !read_push(&mut client, shared, &mut in_flight, idx) {
+        if !read_push(&mut client, shared, env, &mut in_flight, idx) {
             return;
         }
     }
@@ -211,12 +220,18 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
 fn read_push(
     client: &mut Client,
     shared: &Shared,
-    in_flight: &mut VecDeque<u64>,
+    env: &Envelope,
+    in_flight: &mut VecDeque<(u64, u64)>,
     idx: usize,
 ) -> bool {
-    let count = in_flight.pop_front().unwrap_or(0);
+    let (from, to) = in_flight.pop_front().unwrap_or((0, 0));
+    let count = to - from;
     match client.read_reply() {
-        Ok(Reply::Bulk(_)) => {
+        Ok(r) if env.push_accepted(&r) => {
+            let now = unix_nanos();
+            for s in from..to {
+                shared.push_reply_at[s as usize].store(now, Ordering::Relaxed);
+            }
             let total = shared.pushed.fetch_add(count, Ordering::Relaxed) + count;
             if total >= shared.n {
                 shared
@@ -244,7 +259,7 @@ enum Cmd {
 
 /// One worker connection: FETCH (or FETCH COUNT), ACK every job, until every job of the run
 /// has been delivered. Returns the pickup latencies it observed, in nanoseconds.
-pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
+pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> Vec<u64> {
     let mut lat = Vec::with_capacity((shared.n as usize / cfg.workers.max(1)) + 16);
     let wid = format!("bench-{:x}-w{idx}", cfg.run);
     let mut client = match connect(cfg, Some(wid)) {
@@ -255,8 +270,8 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
         }
     };
     let fetch = match cfg.mode {
-        Mode::One => format!("FETCH {}", cfg.queue),
-        Mode::Batch => format!("FETCH {} COUNT {}", cfg.queue, cfg.batch.clamp(1, 1000)),
+        Mode::One => env.fetch_line(1),
+        Mode::Batch => env.fetch_line(cfg.batch.clamp(1, 1000)),
     };
     let depth = cfg.worker_pipeline.max(1);
     let mut out: VecDeque<Cmd> = VecDeque::new();
@@ -322,6 +337,7 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
                         Some(s) => {
                             lat.push(got.saturating_sub(job.meta.bench_ts));
                             if Shared::bump(&shared.fetched[s as usize]) == 0 {
+                                shared.delivered_at[s as usize].store(got, Ordering::Relaxed);
                                 shared.unique_delivered.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -329,7 +345,7 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
                             shared.foreign.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    if let Err(e) = client.send_line(&ack_line(&job.id)) {
+                    if let Err(e) = client.send_line(&env.ack_line(&job.id)) {
                         shared.fatal(format!("worker {idx}: send: {e}"));
                         return lat;
                     }
@@ -354,6 +370,21 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, idx: usize) -> Vec<u64> {
         }
     }
     lat
+}
+
+/// Pickup latency counted from the push reply instead of the send: per delivered job, its
+/// first delivery minus the moment its producer read the push reply, in ns; 0 when the
+/// worker had it before the producer read the reply (both happen after the same commit).
+pub fn after_push_reply(shared: &Shared) -> Vec<u64> {
+    shared
+        .push_reply_at
+        .iter()
+        .zip(&shared.delivered_at)
+        .filter_map(|(r, d)| {
+            let (r, d) = (r.load(Ordering::Relaxed), d.load(Ordering::Relaxed));
+            (r != 0 && d != 0).then(|| d.saturating_sub(r))
+        })
+        .collect()
 }
 
 /// Exactly-once tally: jobs never delivered, delivered more than once, never acked.
@@ -386,14 +417,19 @@ pub fn tally(shared: &Shared) -> Tally {
 
 /// Run producers and workers to completion (or timeout); returns all pickup latencies.
 pub fn run(cfg: &LoadConfig, shared: &Arc<Shared>) -> Vec<u64> {
-    let env = Arc::new(Envelope::new(&cfg.queue, cfg.run, cfg.payload));
+    let env = Arc::new(Envelope::with_dialect(
+        &cfg.queue,
+        cfg.run,
+        cfg.payload,
+        cfg.dialect,
+    ));
     let active = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for w in 0..cfg.workers {
-        let (cfg, shared, active) = (cfg.clone(), shared.clone(), active.clone());
+        let (cfg, shared, active, env) = (cfg.clone(), shared.clone(), active.clone(), env.clone());
         handles.push(spawn(format!("w{w}"), move || {
             active.fetch_add(1, Ordering::Relaxed);
-            worker(&cfg, &shared, w)
+            worker(&cfg, &shared, &env, w)
         }));
     }
     let mut producers = Vec::new();
