@@ -39,6 +39,9 @@
 # one line a second with the count of the others since (also_slow_since_last_report); the
 # count shown is lines + those counts (a lower bound: slow iterations after the last line
 # of a run are not reported).
+# ACK_FETCH=1 (the default) has ojsd's workers on the OJS port ACK with `fetch`, taking the
+# next job from the ACK's reply (one round trip per job, as ojsd's own clients and BullMQ's
+# worker do); ACK_FETCH=0 measures FETCH then ACK.
 # RUNS=N repeats the whole set back to back; the tables then show min–max over the runs.
 # Installs what is missing: redis-server (apt) and bullmq (npm, pinned in bench/peers/).
 # OJSD_BIN / BENCH_BIN use prebuilt binaries instead of `cargo build --release`.
@@ -57,6 +60,8 @@ BATCH_PRODUCERS=${BATCH_PRODUCERS:-4}
 BATCH_WORKERS=${BATCH_WORKERS:-4}
 LAT_RATES=${LAT_RATES:-"2000 5000"}
 LAT_SECONDS=${LAT_SECONDS:-15}
+AF=""
+[ "${ACK_FETCH:-1}" = 1 ] && AF=--ack-fetch
 RUNS=${RUNS:-1}
 OUT_DIR=${OUT_DIR:-}
 BULLMQ_VERSION=5.81.5
@@ -203,7 +208,7 @@ one_set() {
         equal)
             local c="P=$PRODUCERS x1 C=$WORKERS"
             run_ojsd equal ojs "$c" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
-                --workers "$WORKERS" --pipeline 1 --worker-pipeline 1
+                --workers "$WORKERS" --pipeline 1 --worker-pipeline 1 $AF
             run_ojsd equal faktory "$c" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
                 --workers "$WORKERS" --pipeline 1 --worker-pipeline 1
             for f in $REDIS_FSYNC; do
@@ -213,7 +218,7 @@ one_set() {
             ;;
         usual)
             run_ojsd usual ojs "P=4 x16 C=50" --mode one --jobs "$JOBS" --producers 4 \
-                --workers 50 --pipeline 16 --worker-pipeline 1
+                --workers 50 --pipeline 16 --worker-pipeline 1 $AF
             run_ojsd usual faktory "P=64 x1 C=50" --mode one --jobs "$JOBS" --producers 64 \
                 --workers 50 --pipeline 1 --worker-pipeline 1
             for f in $REDIS_FSYNC; do
@@ -238,7 +243,7 @@ one_set() {
             n=$((rate * LAT_SECONDS))
             local c="$rate/s offered, P=$PRODUCERS x1 C=$WORKERS"
             run_ojsd "latency@$rate" ojs "$c" --mode one --jobs "$n" --rate "$rate" \
-                --producers "$PRODUCERS" --workers "$WORKERS"
+                --producers "$PRODUCERS" --workers "$WORKERS" $AF
             run_ojsd "latency@$rate" faktory "$c" --mode one --jobs "$n" --rate "$rate" \
                 --producers "$PRODUCERS" --workers "$WORKERS"
             run_peer "latency@$rate" list always "$c" --jobs "$n" --rate "$rate" \

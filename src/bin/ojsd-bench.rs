@@ -83,6 +83,10 @@ struct Args {
     /// --worker-pipeline 1` pipelines the producers only.
     #[arg(long)]
     worker_pipeline: Option<usize>,
+    /// Workers ACK with `fetch` and take the next job from its reply: one round trip per
+    /// job (OJS port, `one` mode; PROTOCOL.md §5.2), as the ojsd clients' workers do.
+    #[arg(long)]
+    ack_fetch: bool,
     /// Approximate bytes of `args` per job.
     #[arg(long, default_value_t = 300)]
     payload: usize,
@@ -233,6 +237,7 @@ fn load_run(args: &Args) -> i32 {
         rate: args.rate.filter(|r| *r > 0.0),
         pipeline: args.pipeline.max(1),
         worker_pipeline: args.worker_pipeline.unwrap_or(args.pipeline).max(1),
+        ack_fetch: args.ack_fetch,
         timeout: Duration::from_secs(args.timeout),
         payload: args.payload,
         queue: args.queue.clone(),
@@ -270,6 +275,7 @@ fn load_run(args: &Args) -> i32 {
         "batch": if mode == Mode::Batch || fill { json!(cfg.batch) } else { Value::Null },
         "pipeline": cfg.pipeline,
         "worker_pipeline": cfg.worker_pipeline,
+        "ack_fetch": cfg.ack_fetch,
         "rate_offered": cfg.rate,
         "payload_args_bytes": envelope::Envelope::new(&cfg.queue, 0, cfg.payload).args_bytes(),
         "push_per_s": round3(pushed as f64 / push_s),

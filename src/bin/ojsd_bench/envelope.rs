@@ -121,6 +121,11 @@ impl Envelope {
         }
     }
 
+    /// ACK and take the next job of the bench queue in the same reply (OJS port only).
+    pub fn ack_fetch_line(&self, id: &str) -> String {
+        format!(r#"ACK {{"id":"{id}","fetch":["{}"]}}"#, self.queue)
+    }
+
     /// Whether a PUSH or PUSHB reply says every job went in: OJS answers the stored
     /// envelope(s) in a bulk; Faktory answers `+OK` to PUSH and a bulk `{}` to PUSHB (the
     /// refused jobs by jid otherwise).

@@ -36,6 +36,9 @@ pub struct LoadConfig {
     pub run: u64,
     /// The wire dialect: the OJS port, or the Faktory port (one job per FETCH).
     pub dialect: Dialect,
+    /// Workers ACK with `fetch` (OJS port, one job per command): the ACK's reply is the next
+    /// job, so a worker does one round trip per job (PROTOCOL.md §5.2).
+    pub ack_fetch: bool,
 }
 
 /// State every thread of a run shares.
@@ -255,6 +258,8 @@ enum Cmd {
     Fetch,
     /// The ACK of this job sequence number (`None` for a foreign job).
     Ack(Option<u64>),
+    /// An ACK with `fetch`: its reply is the next job (or null).
+    AckFetch(Option<u64>),
 }
 
 /// One worker connection: FETCH (or FETCH COUNT), ACK every job, until every job of the run
@@ -279,7 +284,9 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
     loop {
         // With one command in flight (the default), the next FETCH waits for the ACK replies:
         // the server holds a pipelined reply unflushed while a FETCH behind it blocks.
-        let acks_pending = out.iter().any(|c| matches!(c, Cmd::Ack(_)));
+        let acks_pending = out
+            .iter()
+            .any(|c| matches!(c, Cmd::Ack(_) | Cmd::AckFetch(_)));
         while fetches < depth
             && (depth > 1 || !acks_pending)
             && !shared.fetching_done()
@@ -309,67 +316,94 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
                 return lat;
             }
         };
-        match out.pop_front() {
+        let ack_fetch = cfg.ack_fetch && cfg.mode == Mode::One && cfg.dialect == Dialect::Ojs;
+        let body = match out.pop_front() {
             Some(Cmd::Fetch) => {
                 fetches -= 1;
-                let got = unix_nanos();
-                let body = match reply {
+                match reply {
                     Reply::Null => continue,
                     Reply::Bulk(b) => b,
                     other => {
                         shared.error(format!("worker {idx}: FETCH answered {other:?}"));
                         continue;
                     }
-                };
-                let jobs = match parse_fetched(&body) {
-                    Ok(j) => j,
-                    Err(e) => {
-                        shared.fatal(format!("worker {idx}: {e}"));
-                        return lat;
-                    }
-                };
-                for job in jobs {
-                    let seq = job
-                        .meta
-                        .bench_seq
-                        .filter(|s| job.meta.bench_run == cfg.run && *s < shared.n);
-                    match seq {
-                        Some(s) => {
-                            lat.push(got.saturating_sub(job.meta.bench_ts));
-                            if Shared::bump(&shared.fetched[s as usize]) == 0 {
-                                shared.delivered_at[s as usize].store(got, Ordering::Relaxed);
-                                shared.unique_delivered.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        None => {
-                            shared.foreign.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    if let Err(e) = client.send_line(&env.ack_line(&job.id)) {
-                        shared.fatal(format!("worker {idx}: send: {e}"));
-                        return lat;
-                    }
-                    out.push_back(Cmd::Ack(seq));
                 }
             }
-            Some(Cmd::Ack(seq)) => match reply {
-                Reply::Simple(_) => {
-                    if let Some(s) = seq {
-                        Shared::bump(&shared.acks[s as usize]);
-                        let done = shared.acked.fetch_add(1, Ordering::Relaxed) + 1;
-                        if done == shared.n {
-                            shared
-                                .all_acked_ns
-                                .store(shared.elapsed_ns(), Ordering::Relaxed);
-                        }
-                    }
+            Some(Cmd::Ack(seq)) => {
+                match reply {
+                    Reply::Simple(_) => acked(shared, seq),
+                    other => shared.error(format!("worker {idx}: ACK answered {other:?}")),
                 }
-                other => shared.error(format!("worker {idx}: ACK answered {other:?}")),
+                continue;
+            }
+            Some(Cmd::AckFetch(seq)) => match reply {
+                Reply::Null => {
+                    acked(shared, seq);
+                    continue;
+                }
+                Reply::Bulk(b) => {
+                    acked(shared, seq);
+                    b
+                }
+                other => {
+                    shared.error(format!("worker {idx}: ACK with fetch answered {other:?}"));
+                    continue;
+                }
             },
             None => break,
+        };
+        let got = unix_nanos();
+        let jobs = match parse_fetched(&body) {
+            Ok(j) => j,
+            Err(e) => {
+                shared.fatal(format!("worker {idx}: {e}"));
+                return lat;
+            }
+        };
+        for job in jobs {
+            let seq = job
+                .meta
+                .bench_seq
+                .filter(|s| job.meta.bench_run == cfg.run && *s < shared.n);
+            match seq {
+                Some(s) => {
+                    lat.push(got.saturating_sub(job.meta.bench_ts));
+                    if Shared::bump(&shared.fetched[s as usize]) == 0 {
+                        shared.delivered_at[s as usize].store(got, Ordering::Relaxed);
+                        shared.unique_delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                None => {
+                    shared.foreign.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // Take the next job with this ACK unless every job of the run is out already.
+            let (line, cmd) = if ack_fetch && !shared.fetching_done() && !shared.should_stop() {
+                (env.ack_fetch_line(&job.id), Cmd::AckFetch(seq))
+            } else {
+                (env.ack_line(&job.id), Cmd::Ack(seq))
+            };
+            if let Err(e) = client.send_line(&line) {
+                shared.fatal(format!("worker {idx}: send: {e}"));
+                return lat;
+            }
+            out.push_back(cmd);
         }
     }
     lat
+}
+
+/// A successful ACK of job `seq` (`None`: a foreign job).
+fn acked(shared: &Shared, seq: Option<u64>) {
+    if let Some(s) = seq {
+        Shared::bump(&shared.acks[s as usize]);
+        let done = shared.acked.fetch_add(1, Ordering::Relaxed) + 1;
+        if done == shared.n {
+            shared
+                .all_acked_ns
+                .store(shared.elapsed_ns(), Ordering::Relaxed);
+        }
+    }
 }
 
 /// Pickup latency counted from the push reply instead of the send: per delivered job, its
