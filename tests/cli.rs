@@ -91,6 +91,39 @@ fn push_job_queues_and_stats_show_what_the_server_holds() {
     assert!(r.err.contains("NOT_FOUND"), "{}", r.err);
 }
 
+/// A typo does not leave a ghost queue (issue 22): pausing a name the server has never
+/// seen is refused with exit 2 and nothing is created, unless `--new` says it is meant.
+#[test]
+fn pausing_an_unknown_queue_needs_new() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    push_id(&mut c, &test_job("real", json!({})));
+    let r = ojsd(&srv, &["queue", "pause", "real", "nosuchq"]);
+    assert_eq!(r.code, 2, "{}{}", r.out, r.err);
+    assert!(
+        r.err.contains("nosuchq") && r.err.contains("--new"),
+        "{}",
+        r.err
+    );
+    let names = |c: &mut ojs_client::Client| -> Vec<String> {
+        call_json(c, "QUEUE LIST")["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(!names(&mut c).contains(&"nosuchq".to_string()));
+    assert_eq!(
+        call_json(&mut c, "QUEUE STATS real")["paused"],
+        false,
+        "all or nothing"
+    );
+    ok(&srv, &["queue", "pause", "real"]);
+    ok(&srv, &["queue", "pause", "later", "--new"]);
+    assert_eq!(call_json(&mut c, "QUEUE STATS later")["paused"], true);
+}
+
 #[test]
 fn queue_pause_resume_and_purge_with_confirmation() {
     let srv = Server::start();

@@ -111,6 +111,11 @@ pub enum QueueAction {
     /// Stop FETCH from taking jobs from these queues (they still accept jobs).
     Pause {
         queues: Vec<String>,
+        /// Also pause a queue the server does not know yet (one that has never held a
+        /// job), so that it is paused when its first job arrives; without this a name the
+        /// server does not know is taken for a typo and refused.
+        #[arg(long)]
+        new: bool,
     },
     Resume {
         queues: Vec<String>,

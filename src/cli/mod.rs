@@ -248,10 +248,31 @@ fn queues(conn: &Conn) -> Res {
 fn queue(conn: &Conn, action: QueueAction) -> Res {
     let mut c = connect(conn)?;
     match action {
-        QueueAction::Pause { queues } | QueueAction::Resume { queues } if queues.is_empty() => {
+        QueueAction::Pause { queues, .. } | QueueAction::Resume { queues } if queues.is_empty() => {
             Err(Fail::Usage("name at least one queue".into()))
         }
-        QueueAction::Pause { queues } => {
+        QueueAction::Pause { queues, new } => {
+            if !new {
+                let known = c.request("QUEUE LIST")?.unwrap_or(Value::Null);
+                let names: Vec<&str> = known["queues"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|q| q["name"].as_str())
+                    .collect();
+                let unknown: Vec<&String> = queues
+                    .iter()
+                    .filter(|q| !names.contains(&q.as_str()))
+                    .collect();
+                if !unknown.is_empty() {
+                    let list: Vec<&str> = unknown.iter().map(|q| q.as_str()).collect();
+                    return Err(Fail::Usage(format!(
+                        "the server knows no queue {} (no job was ever pushed to it); check \
+                         the name, or add --new to pause it before its first job",
+                        list.join(", ")
+                    )));
+                }
+            }
             c.request(&format!("QUEUE PAUSE {}", queues.join(" ")))?;
             done(conn, json!({"paused": queues}), || {
                 format!("paused {}", queues.join(", "))
