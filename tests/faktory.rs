@@ -6,6 +6,7 @@ mod common;
 use common::raw::Raw;
 use common::Server;
 use serde_json::json;
+use std::time::Duration;
 
 /// A Faktory connection past HELLO (with `wid`, a worker).
 struct Conn;
@@ -371,4 +372,45 @@ fn a_jid_finds_its_job_on_every_port() {
     assert_eq!(common::state_of(&mut o, &id), "cancelled");
     // An id that is neither a UUID nor a known jid is simply not found.
     assert_eq!(common::err_code(&mut o, "JOB never-pushed"), "NOT_FOUND");
+}
+
+/// On the Faktory port a job stays reserved for its `reserve_for`, as on Faktory: a worker
+/// that stops heartbeating does not lose it after `--heartbeat-timeout` (an OJS-port
+/// worker does), and heartbeats do not extend it past `reserve_for` (issue 22).
+#[test]
+fn faktory_jobs_keep_their_reserve_for() {
+    let s = Server::start_with(&[
+        "--faktory-listen",
+        "127.0.0.1:0",
+        "--heartbeat-timeout",
+        "45",
+    ]);
+    let mut o = s.client();
+    let mut f = Conn::open(&s.faktory_addr, Some("fw-1"));
+    let job = json!({"jid": "reserve-00001", "jobtype": "Long", "args": [], "queue": "rq",
+        "reserve_for": 600});
+    assert_eq!(f.call(&format!("PUSH {job}")), "+OK");
+    assert_eq!(f.json("FETCH rq")["jid"], "reserve-00001");
+    let fid = ojsd::protocol::faktory::ojs_id("reserve-00001");
+    // The same on the OJS port, for contrast.
+    let mut w = s.worker("ow-1");
+    let oid = common::push_id(&mut o, &common::test_job("oq", json!({"timeout": 600})));
+    assert_eq!(common::id_of(&common::fetch_one(&mut w, "oq")), oid);
+    // Two minutes without a heartbeat from either.
+    common::advance(&mut o, 120.0);
+    common::wait_for(Duration::from_secs(10), "the OJS worker's job back", || {
+        (common::state_of(&mut o, &oid) == "available").then_some(())
+    });
+    assert_eq!(common::state_of(&mut o, &fid), "active", "still reserved");
+    // Heartbeats do not extend it: past 600 s it goes back, attempt counted.
+    assert!(f.call(r#"BEAT {"wid":"fw-1"}"#).starts_with("+OK"));
+    common::advance(&mut o, 400.0);
+    assert!(f.call(r#"BEAT {"wid":"fw-1"}"#).starts_with("+OK"));
+    common::advance(&mut o, 100.0);
+    common::wait_for(Duration::from_secs(10), "reserve_for to run out", || {
+        (common::state_of(&mut o, &fid) != "active").then_some(())
+    });
+    let st = common::state_of(&mut o, &fid);
+    assert!(st == "available" || st == "retryable", "{st}");
+    assert_eq!(o.job(&fid).expect("JOB")["attempt"], 1);
 }

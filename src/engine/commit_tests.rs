@@ -138,7 +138,7 @@ fn a_fetch_reply_leaves_before_its_batch_is_durable_and_an_ack_after() {
             .build()
             .unwrap();
         let wid: Arc<str> = Arc::from("w1");
-        handle.register_worker(wid.clone(), json!({"wid": "w1"}));
+        handle.register_worker(wid.clone(), json!({"wid": "w1"}), false);
         let call = |cmd: Command| rt.block_on(handle.submit(Some(wid.clone()), cmd, 100));
         let long = Duration::from_secs(20);
         let short = Duration::from_millis(300);

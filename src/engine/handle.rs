@@ -105,8 +105,11 @@ impl EngineHandle {
             .unwrap_or_else(|_| unavailable())
     }
 
-    pub fn register_worker(&self, wid: Arc<str>, info: serde_json::Value) {
-        let _ = self.tx.send(Msg::Register { wid, info });
+    /// A HELLO with a worker id. `reserve`: when the worker stops heartbeating, its jobs
+    /// stay reserved until their own visibility timeout (a Faktory job's `reserve_for`) as
+    /// Faktory does, instead of going back after `--heartbeat-timeout` (the OJS rule).
+    pub fn register_worker(&self, wid: Arc<str>, info: serde_json::Value, reserve: bool) {
+        let _ = self.tx.send(Msg::Register { wid, info, reserve });
     }
 
     pub fn disconnect_worker(&self, wid: Arc<str>) {

@@ -187,6 +187,7 @@ enum Msg {
     Register {
         wid: Arc<str>,
         info: serde_json::Value,
+        reserve: bool,
     },
     /// A connection that said HELLO with this `wid` closed.
     Disconnect {
@@ -444,7 +445,9 @@ impl Engine {
             for msg in batch {
                 match msg {
                     Msg::Request(req) => self.handle(req, &mut txn),
-                    Msg::Register { wid, info } => self.worker_hello(&mut txn, wid, info),
+                    Msg::Register { wid, info, reserve } => {
+                        self.worker_hello(&mut txn, wid, info, reserve)
+                    }
                     Msg::Disconnect { wid } => self.worker_gone(&mut txn, wid),
                     Msg::Closed { conn } => self.connection_gone(&mut txn, conn),
                     Msg::Events(read) => self.reads.push_back(read),

@@ -19,6 +19,9 @@ pub struct WorkerRec {
     pub conns: usize,
     pub started: i64,
     pub completed: u64,
+    /// Said HELLO on the Faktory port: when its heartbeats stop, its jobs stay reserved
+    /// until their own timeout (`reserve_for`), as on Faktory.
+    pub reserve: bool,
 }
 
 #[derive(Default)]
@@ -36,12 +39,14 @@ impl Workers {
             conns: 0,
             started: now,
             completed: 0,
+            reserve: false,
         })
     }
 
     /// A HELLO. Returns true when the worker was not connected before (it just started).
-    pub fn register(&mut self, wid: Arc<str>, info: Value, now: i64) -> bool {
+    pub fn register(&mut self, wid: Arc<str>, info: Value, now: i64, reserve: bool) -> bool {
         let w = self.entry(&wid, now);
+        w.reserve = reserve;
         let fresh = w.conns == 0;
         if fresh {
             w.started = now;
@@ -125,7 +130,13 @@ impl Workers {
 
     /// Remove workers not heard from since `cutoff`; returns the jobs each was holding and
     /// whether it was still connected (a disconnected worker was already announced stopped).
-    pub fn reap(&mut self, cutoff: i64) -> Vec<(Arc<str>, Vec<Uuid>, bool)> {
+    /// Whether `wid` said HELLO on the Faktory port (its jobs keep their `reserve_for`).
+    pub fn reserves(&self, wid: &str) -> bool {
+        self.map.get(wid).is_some_and(|w| w.reserve)
+    }
+
+    /// Workers not seen since `cutoff`, removed: (id, jobs held, still connected, reserve).
+    pub fn reap(&mut self, cutoff: i64) -> Vec<(Arc<str>, Vec<Uuid>, bool, bool)> {
         let dead: Vec<Arc<str>> = self
             .map
             .iter()
@@ -135,7 +146,7 @@ impl Workers {
         dead.into_iter()
             .filter_map(|wid| {
                 let w = self.map.remove(&wid)?;
-                Some((wid, w.held.into_iter().collect(), w.conns > 0))
+                Some((wid, w.held.into_iter().collect(), w.conns > 0, w.reserve))
             })
             .collect()
     }

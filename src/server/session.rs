@@ -168,7 +168,7 @@ where
         .filter(|w| !w.is_empty())
         .map(Arc::<str>::from);
     if let Some(w) = &wid {
-        engine.register_worker(w.clone(), hello.clone());
+        engine.register_worker(w.clone(), hello.clone(), faktory);
     }
     // Without a worker id there are no heartbeats to keep a reservation: the connection
     // itself holds the jobs it fetches, and they go back to their queues when it closes.

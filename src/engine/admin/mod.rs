@@ -52,7 +52,13 @@ impl Engine {
                 let _ = self.direct_worker(txn, wid, d);
             }
         }
-        let held = self.workers.held(wid);
+        // A Faktory worker's reservations run for their `reserve_for` whatever its beats say,
+        // as on Faktory (PROTOCOL.md §15).
+        let held = if self.workers.reserves(wid) {
+            Vec::new()
+        } else {
+            self.workers.held(wid)
+        };
         for id in &held {
             let Some(e) = self.index.jobs.get(id) else {
                 continue;
@@ -99,12 +105,18 @@ impl Engine {
     }
 
     /// HELLO with a `wid`: the first connection of a worker announces it.
-    pub(in crate::engine) fn worker_hello(&mut self, txn: &mut Txn, wid: Arc<str>, info: Value) {
+    pub(in crate::engine) fn worker_hello(
+        &mut self,
+        txn: &mut Txn,
+        wid: Arc<str>,
+        info: Value,
+        reserve: bool,
+    ) {
         let now = self.now_ms();
         let queues = info.get("queues").cloned().unwrap_or(json!([]));
         let concurrency = info.get("concurrency").cloned().unwrap_or(json!(1));
         let hostname = info.get("hostname").cloned();
-        if self.workers.register(wid.clone(), info, now) {
+        if self.workers.register(wid.clone(), info, now, reserve) {
             let data = json!({"worker_id": &*wid, "queues": queues, "concurrency": concurrency, "hostname": hostname});
             self.emit_plain(
                 txn,

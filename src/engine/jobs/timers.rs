@@ -143,10 +143,17 @@ impl Engine {
         let cutoff = self
             .now_ms()
             .saturating_sub(crate::time::ms(self.cfg.heartbeat_timeout));
-        for (wid, held, connected) in self.workers.reap(cutoff) {
+        for (wid, held, connected, reserve) in self.workers.reap(cutoff) {
             if connected {
                 let data = json!({"worker_id": &*wid, "reason": "error"});
                 self.worker_stopped(txn, &wid, data);
+            }
+            if reserve {
+                // Faktory's rule: the jobs stay `active`, held by the worker's id, until their
+                // visibility timeout (`reserve_for`); the worker may still ACK them.
+                tracing::warn!(worker = %wid, jobs = held.len(),
+                    "Faktory worker missed its heartbeats; its jobs stay reserved until their reserve_for");
+                continue;
             }
             tracing::warn!(worker = %wid, jobs = held.len(), "worker missed its heartbeats; requeueing its jobs");
             for uid in held {
