@@ -236,6 +236,9 @@ fn a_crash_mid_chain_resumes_where_it_stopped() {
     assert_eq!(two["parent_results"], json!({"0": {"one": 1}}));
     w.ack(&id_of(&two), Some(&json!({"two": 2}))).expect("ACK");
     let three = fetch_one(&mut w, "default");
+    // A FETCH reply leaves before its claim is on disk (PROTOCOL.md §4.1); the worker's
+    // heartbeat is answered only once everything before it is, the claim included.
+    w.call(r#"BEAT {"wid":"w1"}"#).expect("BEAT");
     // Crash while step three is being worked on: it comes back after the restart.
     srv.kill9();
     srv.restart();
