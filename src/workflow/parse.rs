@@ -95,7 +95,7 @@ pub fn parse_definition(
     let root = match v {
         Value::Object(m) => match m.get("type") {
             // The binding's shape (§14.1): no type, steps with ids and depends_on.
-            None | Some(Value::Null) if m.contains_key("steps") => cx.dag(m),
+            None | Some(Value::Null) if dag::is_dag(m) => cx.dag(m),
             Some(Value::String(t)) if Kind::from_type(t).is_some() => cx.flow(m, "$", 1),
             Some(Value::String(t)) => {
                 let msg = format!(

@@ -8,6 +8,22 @@ use crate::workflow::{is_valid_id, DagStep, Def, Flow, Kind};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
+/// Whether an object without `type` is the binding's shape: `steps` is an array that is
+/// empty or has a step with an `id` or `depends_on`. Otherwise (a chain that forgot its
+/// type, say) the missing `type` is what gets reported.
+pub(super) fn is_dag(m: &Map<String, Value>) -> bool {
+    match present(m, "steps") {
+        Some(Value::Array(items)) => {
+            items.is_empty()
+                || items.iter().any(|s| {
+                    s.as_object()
+                        .is_some_and(|o| o.contains_key("id") || o.contains_key("depends_on"))
+                })
+        }
+        _ => false,
+    }
+}
+
 const ID_RULE: &str = "must be a string of 1 to 128 characters from [A-Za-z0-9._:-]";
 
 impl Ctx<'_> {
