@@ -18,7 +18,7 @@ mod dag;
 
 /// Options accepted in a job's `options` object, and the envelope attribute each sets.
 /// `timeout_ms` is converted to whole seconds (rounded up), the rest are moved as they are.
-pub(super) const OPTIONS: &[(&str, &str)] = &[
+const OPTIONS: &[(&str, &str)] = &[
     ("queue", "queue"),
     ("priority", "priority"),
     ("retry", "retry"),
@@ -54,7 +54,7 @@ const ENVELOPE_KEYS: [&str; 14] = [
     "pending",
 ];
 
-pub(super) struct Ctx<'a> {
+struct Ctx<'a> {
     problems: Vec<Problem>,
     unlisted: usize,
     /// Jobs seen so far (callbacks included); validation of jobs stops past `MAX_JOBS`.
@@ -65,14 +65,14 @@ pub(super) struct Ctx<'a> {
     now: DateTime<Utc>,
 }
 
-pub(super) fn quoted(s: &str) -> String {
+fn quoted(s: &str) -> String {
     match s.char_indices().nth(64) {
         Some((cut, _)) => format!("{:?}...", &s[..cut]),
         None => format!("{s:?}"),
     }
 }
 
-pub(super) fn present<'v>(m: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
+fn present<'v>(m: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
     m.get(key).filter(|v| !v.is_null())
 }
 
@@ -151,7 +151,7 @@ pub fn parse_definition(
 }
 
 impl Ctx<'_> {
-    pub(super) fn problem(&mut self, path: String, message: String) {
+    fn problem(&mut self, path: String, message: String) {
         if self.problems.len() < MAX_PROBLEMS {
             self.problems.push(Problem { path, message });
         } else {
@@ -160,7 +160,7 @@ impl Ctx<'_> {
     }
 
     /// A workflow's optional `id` and `name`.
-    pub(super) fn id_and_name(
+    fn id_and_name(
         &mut self,
         m: &Map<String, Value>,
         path: &str,
@@ -343,7 +343,7 @@ impl Ctx<'_> {
     }
 
     /// Fold `options` into a flat envelope and run the job validator on it.
-    pub(super) fn job(&mut self, m: &Map<String, Value>, path: &str) -> Option<JobDef> {
+    fn job(&mut self, m: &Map<String, Value>, path: &str) -> Option<JobDef> {
         self.total += 1;
         if self.total > MAX_JOBS {
             return None; // reported once, as a count
