@@ -11,7 +11,7 @@
 //! | `GET /ojs/v1/health` | health ([`system`]) |
 //! | `GET`/`POST /ojs/v1/cron`, `GET`/`PATCH`/`DELETE /ojs/v1/cron/{name}` | cron jobs ([`cron`]) |
 //! | `/ojs/v1/admin/...`, `/ojs/v1/dead-letter/...` | queues, workers, dead letter ([`admin`]) |
-//! | `POST /ojs/v1/workflows`, `GET`/`DELETE /ojs/v1/workflows/{id}` | workflows ([`workflows`]) |
+//! | `POST /ojs/v1/workflows`, `GET`/`DELETE /ojs/v1/workflows/{id}`, `POST .../{id}/cancel` | workflows ([`workflows`]) |
 //! | `GET /ojs/v1/whoami` | the role of the request's token (for the dashboard) |
 //!
 //! With tokens (`--password`, `--token`), [`auth`] finds the role of the request's bearer
@@ -211,6 +211,7 @@ fn routes() -> Router<AppState> {
             patch(cron::patch).delete(cron::delete),
         )
         .route("/ojs/v1/workflows/{id}", delete(workflows::cancel))
+        .route("/ojs/v1/workflows/{id}/cancel", post(workflows::cancel))
         .route("/ojs/v1/jobs/{id}", delete(jobs::cancel))
         .route("/ojs/v1/jobs/{id}/activate", post(jobs::activate))
         .route("/ojs/v1/queues/{name}/pause", post(queues::pause))

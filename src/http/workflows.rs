@@ -5,7 +5,11 @@
 //! | `POST /ojs/v1/workflows` | create and start: `201` `{"workflow"}` with `Location`; an invalid definition is `400` with `details.validation_errors` |
 //! | `GET /ojs/v1/workflows/{id}` | `200` `{"workflow"}`, `404` if unknown |
 //! | `GET /ojs/v1/workflows?state=&limit=&offset=` | a page of workflows, newest first: `{"workflows":[summary...],"total"}` (not in the binding; the dashboard's list) |
-//! | `DELETE /ojs/v1/workflows/{id}` | cancel: `200` `{"workflow"}`, `409` if already terminal, `404` if unknown |
+//! | `DELETE /ojs/v1/workflows/{id}` (or `POST .../{id}/cancel`) | cancel: `200` `{"workflow"}`, `409` if already terminal, `404` if unknown |
+//!
+//! A workflow of steps with `depends_on` (the binding's own shape, §14) is answered in the
+//! binding's step vocabulary (`binding_states`); chains, groups and batches keep
+//! ojs-workflows' view.
 //!
 //! Each is one engine command (`WORKFLOW ...`), so the TCP and HTTP views never differ.
 
@@ -25,10 +29,50 @@ use serde_json::{json, Map, Value};
 
 /// `{"workflow": <the engine's workflow view>}`.
 fn wrapped(status: StatusCode, wf: &WorkflowView) -> Response {
+    let mut doc = wf.doc.clone();
+    binding_states(&mut doc);
     json_response(
         status,
-        serde_json::to_vec(&json!({ "workflow": wf })).unwrap_or_default(),
+        serde_json::to_vec(&json!({ "workflow": doc })).unwrap_or_default(),
     )
+}
+
+/// For a DAG, the binding's step states (§14.1-§14.2): a step not enqueued yet is
+/// `pending` (the engine's `waiting`), an enqueued one shows its job's state (`available`,
+/// `scheduled`, `retryable`; `active` as before). Other kinds are left as they are.
+fn binding_states(doc: &mut Value) {
+    if doc["type"] != "dag" {
+        return;
+    }
+    let Some(steps) = doc.get_mut("steps").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for step in steps {
+        let shown = match step["state"].as_str() {
+            Some("waiting") => json!("pending"),
+            Some("pending") => step.get("job_state").cloned().unwrap_or(json!("available")),
+            _ => continue,
+        };
+        step["state"] = shown;
+    }
+}
+
+/// The binding's cancel answer (§14.3) adds, for a DAG, `cancelled_at`, `steps_cancelled`
+/// and `steps_already_completed` beside the full view.
+fn cancel_counts(doc: &mut Value) {
+    if doc["type"] != "dag" {
+        return;
+    }
+    let count = |state: &str| {
+        doc["steps"]
+            .as_array()
+            .map_or(0, |s| s.iter().filter(|s| s["state"] == state).count())
+    };
+    let (cancelled, completed) = (count("cancelled"), count("completed"));
+    let at = doc["metadata"]["cancelled_at"].clone();
+    doc["cancelled_at"] = at;
+    doc["steps_cancelled"] = json!(cancelled);
+    doc["steps_already_completed"] = json!(completed);
 }
 
 /// The §11.1 validation error body (ojs-workflows' own code, in the binding's lower case).
@@ -149,8 +193,7 @@ pub async fn cancel(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(wrapped(
-        StatusCode::OK,
-        &call(&st, WorkflowCmd::Cancel(id)).await?,
-    ))
+    let mut wf = call(&st, WorkflowCmd::Cancel(id)).await?;
+    cancel_counts(&mut wf.doc);
+    Ok(wrapped(StatusCode::OK, &wf))
 }

@@ -5,6 +5,10 @@
 //! A definition is a tree: a chain, group or batch whose `steps`/`jobs` are either job
 //! envelopes or, when their `type` is `"chain"`, `"group"` or `"batch"`, nested workflows.
 //! Those three names are therefore reserved inside a definition and cannot be job types.
+//!
+//! Beside them, the HTTP binding's shape (ojs-http-binding §14.1, what the OJS SDKs send):
+//! a top-level object without `type` whose `steps` each carry an `id` and `depends_on`, a
+//! general DAG (`Kind::Dag`, parsed by `parse::dag`). Its steps are jobs, not nested flows.
 
 mod parse;
 
@@ -31,6 +35,8 @@ pub enum Kind {
     Chain,
     Group,
     Batch,
+    /// The binding's `steps` with `id` and `depends_on`: any acyclic graph of jobs.
+    Dag,
 }
 
 impl Kind {
@@ -39,9 +45,12 @@ impl Kind {
             Kind::Chain => "chain",
             Kind::Group => "group",
             Kind::Batch => "batch",
+            Kind::Dag => "dag",
         }
     }
 
+    /// The kinds a `type` names inside a definition; a DAG has no `type` (it is recognized
+    /// by its shape), so `"dag"` stays an ordinary job type.
     pub fn from_type(t: &str) -> Option<Kind> {
         match t {
             "chain" => Some(Kind::Chain),
@@ -54,7 +63,7 @@ impl Kind {
     /// The field holding the children: ordered `steps` for a chain, `jobs` otherwise (§5.2).
     pub fn children_field(self) -> &'static str {
         match self {
-            Kind::Chain => "steps",
+            Kind::Chain | Kind::Dag => "steps",
             Kind::Group | Kind::Batch => "jobs",
         }
     }
@@ -112,6 +121,16 @@ pub struct Flow {
     pub children: Vec<Def>,
     /// Batch only, in `Role::ALL` order.
     pub callbacks: Vec<(Role, JobDef)>,
+    /// DAG only: per child (same order), its step id and the children it depends on.
+    pub dag: Vec<DagStep>,
+}
+
+/// A DAG step's identity and edges: `depends_on` holds indices into the DAG's children,
+/// each at most once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DagStep {
+    pub id: String,
+    pub depends_on: Vec<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -14,6 +14,8 @@ use crate::job::validate::Limits;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
+mod dag;
+
 /// Options accepted in a job's `options` object, and the envelope attribute each sets.
 /// `timeout_ms` is converted to whole seconds (rounded up), the rest are moved as they are.
 const OPTIONS: &[(&str, &str)] = &[
@@ -92,6 +94,8 @@ pub fn parse_definition(
     };
     let root = match v {
         Value::Object(m) => match m.get("type") {
+            // The binding's shape (§14.1): no type, steps with ids and depends_on.
+            None | Some(Value::Null) if dag::is_dag(m) => cx.dag(m),
             Some(Value::String(t)) if Kind::from_type(t).is_some() => cx.flow(m, "$", 1),
             Some(Value::String(t)) => {
                 let msg = format!(
@@ -102,7 +106,7 @@ pub fn parse_definition(
                 None
             }
             None | Some(Value::Null) => {
-                let msg = r#"type is required: "chain", "group" or "batch""#;
+                let msg = r#"type is required: "chain", "group" or "batch" (a DAG has no type, and steps with "id" and "depends_on")"#;
                 cx.problem("$.type".into(), msg.into());
                 None
             }
@@ -155,6 +159,36 @@ impl Ctx<'_> {
         }
     }
 
+    /// A workflow's optional `id` and `name`.
+    fn id_and_name(
+        &mut self,
+        m: &Map<String, Value>,
+        path: &str,
+        ok: &mut bool,
+    ) -> (Option<String>, Option<String>) {
+        let id = match present(m, "id") {
+            None => None,
+            Some(Value::String(s)) if is_valid_id(s) => Some(s.clone()),
+            Some(_) => {
+                let msg = "id must be a string of 1 to 128 characters from [A-Za-z0-9._:-]";
+                self.problem(format!("{path}.id"), msg.into());
+                *ok = false;
+                None
+            }
+        };
+        let name = match present(m, "name") {
+            None => None,
+            Some(Value::String(s)) if s.chars().count() <= MAX_NAME_CHARS => Some(s.clone()),
+            Some(_) => {
+                let msg = format!("name must be a string of at most {MAX_NAME_CHARS} characters");
+                self.problem(format!("{path}.name"), msg);
+                *ok = false;
+                None
+            }
+        };
+        (id, name)
+    }
+
     /// A chain, group or batch object whose `type` was already recognized.
     fn flow(&mut self, m: &Map<String, Value>, path: &str, depth: usize) -> Option<Flow> {
         let kind = m
@@ -169,26 +203,7 @@ impl Ctx<'_> {
             return None;
         }
         let mut ok = true;
-        let id = match present(m, "id") {
-            None => None,
-            Some(Value::String(s)) if is_valid_id(s) => Some(s.clone()),
-            Some(_) => {
-                let msg = "id must be a string of 1 to 128 characters from [A-Za-z0-9._:-]";
-                self.problem(format!("{path}.id"), msg.into());
-                ok = false;
-                None
-            }
-        };
-        let name = match present(m, "name") {
-            None => None,
-            Some(Value::String(s)) if s.chars().count() <= MAX_NAME_CHARS => Some(s.clone()),
-            Some(_) => {
-                let msg = format!("name must be a string of at most {MAX_NAME_CHARS} characters");
-                self.problem(format!("{path}.name"), msg);
-                ok = false;
-                None
-            }
-        };
+        let (id, name) = self.id_and_name(m, path, &mut ok);
         let field = kind.children_field();
         let other = if kind == Kind::Chain { "jobs" } else { "steps" };
         if m.contains_key(other) {
@@ -233,6 +248,7 @@ impl Ctx<'_> {
             name,
             children,
             callbacks,
+            dag: Vec::new(),
         })
     }
 

@@ -285,3 +285,95 @@ fn option_conversions() {
     assert_eq!(env["retry"]["initial_interval"], "PT0.25S");
     assert_eq!(env["retry"]["max_interval"], "PT1M");
 }
+
+fn step(id: &str, deps: &[&str]) -> Value {
+    json!({"id": id, "type": "dag.step", "args": [], "depends_on": deps})
+}
+
+#[test]
+fn a_dag_keeps_its_ids_edges_and_default_options() {
+    let d = parse(
+        json!({"name": "n", "options": {"queue": "email", "priority": 3}, "steps": [
+        step("a", &[]),
+        {"id": "b", "type": "dag.step", "args": [], "depends_on": ["a", "a"], "queue": "own"},
+        {"id": "c", "type": "dag.step", "args": [], "depends_on": ["b", "a"],
+         "options": {"priority": 9}}]}),
+    )
+    .unwrap();
+    assert_eq!(d.root.kind, Kind::Dag);
+    assert_eq!(d.job_count, 3);
+    let edges: Vec<(&str, &[u32])> = d
+        .root
+        .dag
+        .iter()
+        .map(|s| (s.id.as_str(), &s.depends_on[..]))
+        .collect();
+    assert_eq!(edges, [("a", &[][..]), ("b", &[0][..]), ("c", &[1, 0][..])]);
+    let env = |i: usize| match &d.root.children[i] {
+        Def::Job(j) => serde_json::to_value(&*j.template).unwrap(),
+        Def::Flow(_) => panic!("a flow"),
+    };
+    let shown = |i: usize| {
+        let e = env(i);
+        (
+            e.to_string().contains("\"queue\":\"email\""),
+            e.to_string().contains("\"priority\":9"),
+        )
+    };
+    assert_eq!(shown(0), (true, false));
+    assert!(env(1).to_string().contains("\"queue\":\"own\""));
+    assert_eq!(shown(2), (true, true));
+}
+
+#[test]
+fn dag_problems_have_paths() {
+    assert_eq!(
+        problems(json!({"steps": [step("a", &["c"]), step("b", &["a"]), step("c", &["b"])]})),
+        [(
+            "$.steps[0].depends_on[0]".to_string(),
+            r#"dependency cycle: "a" -> "c" -> "b" -> "a" (each step depends on the next)"#
+                .to_string()
+        )]
+    );
+    assert_eq!(
+        paths(
+            json!({"steps": [step("a", &["nope", "a"]), 7, step("a", &[]),
+            {"id": "x y", "type": "t", "args": []}], "jobs": []})
+        ),
+        [
+            "$.jobs",
+            "$.steps[1]",
+            "$.steps[2].id",
+            "$.steps[3].id",
+            "$.steps[0].depends_on[0]"
+        ]
+    );
+    // A cycle is looked for only once every edge is known.
+    assert_eq!(
+        paths(json!({"steps": [step("a", &["a", "b"])]})),
+        ["$.steps[0].depends_on[1]"]
+    );
+    assert_eq!(paths(json!({"steps": null})), ["$.type"]);
+    assert_eq!(paths(json!({"steps": [job("a.b")]})), ["$.type"]);
+    assert_eq!(paths(json!({"steps": []})), ["$.steps"]);
+}
+
+#[test]
+fn a_long_dag_is_checked_without_deep_recursion() {
+    let n = 10_000;
+    let mut steps: Vec<Value> = (0..n)
+        .map(|i| {
+            let deps: Vec<String> = if i == 0 {
+                vec![]
+            } else {
+                vec![format!("s{}", i - 1)]
+            };
+            json!({"id": format!("s{i}"), "type": "t", "args": [], "depends_on": deps})
+        })
+        .collect();
+    assert!(parse(json!({"steps": steps.clone()})).is_ok());
+    steps[0]["depends_on"] = json!([format!("s{}", n - 1)]);
+    let p = problems(json!({"steps": steps}));
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0, "$.steps[0].depends_on[0]");
+}

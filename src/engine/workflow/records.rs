@@ -65,6 +65,8 @@ pub enum NodeKind {
     Chain,
     Group,
     Batch,
+    /// A workflow of steps with `depends_on` (the HTTP binding's shape).
+    Dag,
 }
 
 impl From<Kind> for NodeKind {
@@ -73,6 +75,7 @@ impl From<Kind> for NodeKind {
             Kind::Chain => NodeKind::Chain,
             Kind::Group => NodeKind::Group,
             Kind::Batch => NodeKind::Batch,
+            Kind::Dag => NodeKind::Dag,
         }
     }
 }
@@ -84,6 +87,7 @@ impl NodeKind {
             NodeKind::Chain => "chain",
             NodeKind::Group => "group",
             NodeKind::Batch => "batch",
+            NodeKind::Dag => "dag",
         }
     }
 }
@@ -112,6 +116,9 @@ pub struct Node {
     pub children: Vec<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callbacks: Vec<u32>,
+    /// A DAG step: the nodes (its siblings) it waits for. Its step id is `id`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deps: Vec<u32>,
     pub state: NodeState,
     /// The job to create when this node's turn comes; dropped once it is enqueued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,7 +137,7 @@ pub struct Node {
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<DateTime<Utc>>,
-    /// Group/batch: children finished, and how many of them failed.
+    /// Group/batch/DAG: children finished, and how many of them failed.
     #[serde(default)]
     pub done: u32,
     #[serde(default)]
@@ -155,6 +162,7 @@ impl Node {
             name: None,
             children: Vec::new(),
             callbacks: Vec::new(),
+            deps: Vec::new(),
             state: NodeState::Waiting,
             template: None,
             job_id: None,

@@ -90,7 +90,17 @@ impl Workflow {
                     .is_some_and(|p| p.callbacks.contains(&(i as u32))),
             };
             let shaped = node.is_job() == kids.is_empty();
-            if !(linked && placed && shaped) {
+            // A DAG step waits only for other steps of its own DAG.
+            let deps_ok = node.deps.iter().all(|d| {
+                *d as usize != i
+                    && nodes
+                        .get(*d as usize)
+                        .is_some_and(|s| s.parent.is_some() && s.parent == node.parent)
+            }) && (node.deps.is_empty()
+                || node
+                    .parent
+                    .is_some_and(|p| nodes[p as usize].kind == NodeKind::Dag));
+            if !(linked && placed && shaped && deps_ok) {
                 return None;
             }
         }
@@ -113,7 +123,9 @@ impl Workflow {
         node.name = f.name;
         let me = self.push(node);
         for (i, child) in f.children.into_iter().enumerate() {
-            let p = child_path(&path, &i.to_string());
+            // A DAG step is known by its id: its path (`workflow_step`) is that id.
+            let part = f.dag.get(i).map_or_else(|| i.to_string(), |s| s.id.clone());
+            let p = child_path(&path, &part);
             let c = match child {
                 Def::Job(j) => self.add_job(j, p, me, i as u32, None),
                 Def::Flow(sub) => self.add_flow(sub, p, Some(me), i as u32),
@@ -124,6 +136,12 @@ impl Workflow {
             let p = child_path(&path, role.as_str());
             let c = self.add_job(j, p, me, 0, Some(role));
             self.nodes[me as usize].callbacks.push(c);
+        }
+        let kids = self.nodes[me as usize].children.clone();
+        for (step, &c) in f.dag.into_iter().zip(&kids) {
+            let node = &mut self.nodes[c as usize];
+            node.id = Some(step.id);
+            node.deps = step.depends_on.iter().map(|d| kids[*d as usize]).collect();
         }
         me
     }
@@ -187,6 +205,14 @@ impl Workflow {
             NodeKind::Group | NodeKind::Batch => {
                 for c in children {
                     self.activate(c, incoming.clone(), now, out);
+                }
+            }
+            // The steps that depend on nothing; the rest when their dependencies are done.
+            NodeKind::Dag => {
+                for c in children {
+                    if self.nodes[c as usize].deps.is_empty() {
+                        self.activate(c, incoming.clone(), now, out);
+                    }
                 }
             }
         }
@@ -326,6 +352,7 @@ impl Workflow {
                     self.close(p, true, now, out);
                 }
             }
+            NodeKind::Dag => self.dag_step_finished(n, p, ok, now, out),
             NodeKind::Group | NodeKind::Batch => {
                 // A callback: the batch ends when every fired callback has (§6.4 rule 7).
                 let cbs = &self.nodes[p as usize].callbacks;
@@ -340,6 +367,68 @@ impl Workflow {
             }
             NodeKind::Job => {}
         }
+    }
+
+    /// A step of DAG `p` finished: the steps now ready are enqueued, with their
+    /// dependencies' results keyed by step id; if it failed, every step depending on it
+    /// (directly or not) is cancelled unstarted while other branches go on. The DAG ends
+    /// once no step is waiting or running: `failed` if any step failed, else `completed`.
+    fn dag_step_finished(
+        &mut self,
+        n: u32,
+        p: u32,
+        ok: bool,
+        now: DateTime<Utc>,
+        out: &mut Vec<Effect>,
+    ) {
+        let node = self.node(p);
+        node.done += 1;
+        node.failed += u32::from(!ok);
+        let steps = node.children.clone();
+        if ok {
+            for s in steps.iter().copied() {
+                let step = &self.nodes[s as usize];
+                let ready = step.state == NodeState::Waiting
+                    && step.deps.contains(&n)
+                    && step
+                        .deps
+                        .iter()
+                        .all(|d| self.nodes[*d as usize].state == NodeState::Completed);
+                if ready {
+                    let results = self.dag_results(s);
+                    self.activate(s, results, now, out);
+                }
+            }
+        } else {
+            let mut doomed = vec![n];
+            while let Some(f) = doomed.pop() {
+                for s in steps.iter().copied() {
+                    let step = &self.nodes[s as usize];
+                    if step.state == NodeState::Waiting && step.deps.contains(&f) {
+                        self.cancel_waiting(s);
+                        doomed.push(s);
+                    }
+                }
+            }
+        }
+        let open = steps
+            .iter()
+            .any(|s| !self.nodes[*s as usize].state.is_finished());
+        if !open {
+            let ok = self.nodes[p as usize].failed == 0;
+            self.close(p, ok, now, out);
+        }
+    }
+
+    /// A DAG step's `parent_results`: each dependency's result, keyed by its step id.
+    fn dag_results(&self, s: u32) -> Map<String, Value> {
+        let mut m = Map::new();
+        for d in &self.nodes[s as usize].deps {
+            let dep = &self.nodes[*d as usize];
+            let key = dep.id.clone().unwrap_or_else(|| dep.index.to_string());
+            m.insert(key, self.outcome_value(*d));
+        }
+        m
     }
 
     /// A nested workflow (or the whole one) is done.
@@ -389,14 +478,18 @@ impl Workflow {
     }
 
     /// The `parent_results` a node passes on: its children `0..upto` that finished, keyed
-    /// by index (§7.2-§7.4).
+    /// by index (§7.2-§7.4; a DAG's by step id).
     pub fn results_of(&self, n: u32, upto: u32) -> Map<String, Value> {
         let mut m = Map::new();
         let node = &self.nodes[n as usize];
         for (i, c) in node.children.iter().take(upto as usize).enumerate() {
             let child = &self.nodes[*c as usize];
             if child.state.is_finished() && child.state != NodeState::Skipped {
-                m.insert(i.to_string(), self.outcome_value(*c));
+                let key = match (node.kind, &child.id) {
+                    (NodeKind::Dag, Some(id)) => id.clone(),
+                    _ => i.to_string(),
+                };
+                m.insert(key, self.outcome_value(*c));
             }
         }
         m

@@ -399,3 +399,120 @@ fn an_instance_carries_the_workflow_attributes() {
     // Each instance is a job of its own.
     assert_ne!(r.wf.instance(2, pr).unwrap().0.job.id, new.job.id);
 }
+
+fn step(id: &str, deps: &[&str]) -> Value {
+    json!({"id": id, "type": format!("dag.{id}"), "args": [], "depends_on": deps})
+}
+
+fn diamond() -> Value {
+    json!({"steps": [step("d", &["b", "c"]), step("a", &[]), step("b", &["a"]), step("c", &["a"])]})
+}
+
+#[test]
+fn dag_fans_out_and_in_passing_results_by_step_id() {
+    let mut r = Run::new(diamond());
+    assert_eq!(r.wf.header.kind, crate::workflow::Kind::Dag);
+    assert_eq!(r.paths_enqueued(), ["a"]);
+    assert_eq!(r.results_for("a"), json!({}));
+    r.ok("a", json!("ra"));
+    assert_eq!(r.paths_enqueued(), ["a", "b", "c"]);
+    assert_eq!(r.results_for("c"), json!({"a": "ra"}));
+    r.ok("c", json!("rc"));
+    assert_eq!(r.paths_enqueued().len(), 3, "d waits for b too");
+    assert_eq!(r.state_of("d"), NodeState::Waiting);
+    r.ok("b", json!("rb"));
+    assert_eq!(r.paths_enqueued(), ["a", "b", "c", "d"]);
+    assert_eq!(r.results_for("d"), json!({"b": "rb", "c": "rc"}));
+    r.ok("d", json!(null));
+    assert_eq!(r.wf.header.state, WfState::Completed);
+    assert_eq!(r.wf.header.completed_count, 4);
+    let steps: Vec<&Value> = r
+        .events
+        .iter()
+        .filter(|e| e.0 == "workflow.step_completed")
+        .map(|e| &e.1["step_id"])
+        .collect();
+    assert_eq!(steps, [&json!("a"), &json!("c"), &json!("b"), &json!("d")]);
+    assert_eq!(r.kinds().last(), Some(&"workflow.completed"));
+    let view = r.wf.view(&|_| None);
+    assert_eq!(view["type"], "dag");
+    assert_eq!(view["steps"][0]["id"], "d");
+    assert_eq!(view["steps"][0]["depends_on"], json!(["b", "c"]));
+    assert_eq!(view["steps"][1]["depends_on"], json!([]));
+}
+
+#[test]
+fn dag_failure_cancels_every_dependent_and_lets_other_branches_finish() {
+    let mut r = Run::new(json!({"steps": [step("a", &[]), step("b", &[]),
+        step("c", &["a"]), step("d", &["c", "b"]), step("e", &["b"])]}));
+    assert_eq!(r.paths_enqueued(), ["a", "b"]);
+    r.fail("a");
+    assert_eq!(r.state_of("c"), NodeState::Cancelled);
+    assert_eq!(r.state_of("d"), NodeState::Cancelled);
+    assert_eq!(r.state_of("e"), NodeState::Waiting);
+    assert!(!r.wf.header.state.is_terminal());
+    r.ok("b", json!(1));
+    // d depended on b too, but it is cancelled: only e starts.
+    assert_eq!(r.paths_enqueued(), ["a", "b", "e"]);
+    r.ok("e", json!(2));
+    assert_eq!(r.wf.header.state, WfState::Failed);
+    assert_eq!(
+        (r.wf.header.completed_count, r.wf.header.failed_count),
+        (2, 1)
+    );
+    let failed = &r
+        .events
+        .iter()
+        .find(|e| e.0 == "workflow.failed")
+        .unwrap()
+        .1;
+    assert_eq!(failed["failed_step_id"], "a");
+    assert_eq!(failed["workflow_type"], "dag");
+}
+
+#[test]
+fn dag_records_round_trip_and_bad_edges_are_refused() {
+    let mut r = Run::new(diamond());
+    r.ok("a", json!("ra"));
+    let h: Header = serde_json::from_value(serde_json::to_value(&r.wf.header).unwrap()).unwrap();
+    let nodes: Vec<Node> =
+        r.wf.nodes
+            .iter()
+            .map(|n| serde_json::from_value(serde_json::to_value(n).unwrap()).unwrap())
+            .collect();
+    let mut back = Workflow::restore(h.clone(), nodes.clone()).expect("consistent");
+    assert_eq!(back.view(&|_| None), r.wf.view(&|_| None));
+    // The restored workflow goes on as the original would.
+    let b = r.node_at("b");
+    let c = r.node_at("c");
+    let settle = || Settle {
+        outcome: Outcome::Completed(None),
+        attempt: 1,
+        started_at: None,
+    };
+    assert!(back
+        .leaf_settled(b, settle(), t0())
+        .iter()
+        .all(|e| !matches!(e, Effect::Enqueue { .. })));
+    let next = back.leaf_settled(c, settle(), t0());
+    assert!(next
+        .iter()
+        .any(|e| matches!(e, Effect::Enqueue { node: 1, .. })));
+    let d = r.node_at("d") as usize;
+    let mut own = nodes.clone();
+    own[d].deps.push(d as u32);
+    assert!(Workflow::restore(h.clone(), own).is_none());
+    let mut root = nodes.clone();
+    root[d].deps.push(0);
+    assert!(Workflow::restore(h, root).is_none());
+}
+
+#[test]
+fn cancelling_a_dag_cancels_the_steps_not_started() {
+    let mut r = Run::new(diamond());
+    r.ok("a", json!(1));
+    let (_, jobs) = r.wf.cancel(t0(), |_| false).unwrap();
+    assert_eq!(jobs.len(), 2, "b and c were enqueued");
+    assert_eq!(r.state_of("d"), NodeState::Cancelled);
+    assert_eq!(r.wf.header.state, WfState::Cancelled);
+}

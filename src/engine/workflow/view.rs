@@ -48,6 +48,11 @@ impl Workflow {
         let next = match node.kind {
             NodeKind::Job => return n,
             NodeKind::Batch => node.callbacks.iter().find(|c| self.failed(**c)),
+            // Not a step cancelled because what it depends on failed: the failed one.
+            NodeKind::Dag => node
+                .children
+                .iter()
+                .find(|c| self.failed(**c) && self.nodes[**c as usize].error.is_some()),
             _ => node.children.iter().find(|c| self.failed(**c)),
         };
         next.map_or(n, |c| self.cause(*c))
@@ -92,8 +97,15 @@ impl Workflow {
         data.insert("job_id".into(), json!(node.job_id));
         data.insert("duration_ms".into(), json!(ms_between(start, Some(now))));
         put(&mut data, "error", node.error.clone());
-        let kind = if parent.kind == NodeKind::Chain {
-            let left = parent.children.len() as i64 - i64::from(node.index) - 1;
+        let kind = if matches!(parent.kind, NodeKind::Chain | NodeKind::Dag) {
+            let left = if parent.kind == NodeKind::Chain {
+                parent.children.len() as i64 - i64::from(node.index) - 1
+            } else {
+                // A DAG's steps not finished yet (waiting or running).
+                let open = parent.children.iter();
+                open.filter(|c| !self.nodes[**c as usize].state.is_finished())
+                    .count() as i64
+            };
             data.insert("step_index".into(), json!(node.index));
             data.insert("steps_remaining".into(), json!(left.max(0)));
             data.insert("remaining_steps".into(), json!(left.max(0)));
@@ -145,6 +157,10 @@ impl Workflow {
         w.insert("type".into(), json!(h.kind.as_str()));
         put(&mut w, "name", h.name.clone());
         w.insert("state".into(), json!(h.state.as_str()));
+        if h.kind == Kind::Dag {
+            // The HTTP binding's §14 shape has the creation time at the top.
+            w.insert("created_at".into(), json!(format_ts(h.created_at)));
+        }
         self.children_view(0, &mut w, live);
         let mut meta = Map::new();
         meta.insert("created_at".into(), json!(format_ts(h.created_at)));
@@ -205,10 +221,9 @@ impl Workflow {
         live: &dyn Fn(&str) -> Option<Live>,
     ) {
         let node = &self.nodes[n as usize];
-        let field = if node.kind == NodeKind::Chain {
-            "steps"
-        } else {
-            "jobs"
+        let field = match node.kind {
+            NodeKind::Chain | NodeKind::Dag => "steps",
+            _ => "jobs",
         };
         let children: Vec<Value> = node
             .children
@@ -235,6 +250,18 @@ impl Workflow {
             None => v.insert("index".into(), json!(node.index)),
         };
         v.insert("path".into(), json!(node.path));
+        let in_dag = node
+            .parent
+            .is_some_and(|p| self.nodes[p as usize].kind == NodeKind::Dag);
+        if in_dag {
+            let deps: Vec<Value> = node
+                .deps
+                .iter()
+                .map(|d| json!(self.nodes[*d as usize].id))
+                .collect();
+            v.insert("id".into(), json!(node.id));
+            v.insert("depends_on".into(), Value::Array(deps));
+        }
         if !node.is_job() {
             v.insert("type".into(), json!(node.kind.as_str()));
             put(&mut v, "id", node.id.clone());

@@ -272,7 +272,60 @@ pages.cron = {
 const STATE_COLOR = { pending: "#eaecf0", waiting: "#eaecf0", available: "#d1e9ff", active: "#fef0c7", running: "#fef0c7",
   completed: "#d1fadf", failed: "#fee4e2", discarded: "#fee4e2", cancelled: "#d0d5dd", retryable: "#fdead7", scheduled: "#fdead7" };
 
-const isNested = (n) => ["chain", "group", "batch"].includes(n.type) && (n.steps || n.jobs);
+const isNested = (n) => ["chain", "group", "batch", "dag"].includes(n.type) && (n.steps || n.jobs);
+
+/** A DAG (steps with depends_on): each step in the column of its longest path from a
+ *  root (Kahn's order, no recursion), arrows from every dependency. */
+function layoutDag(node, depth) {
+  const g = svgEl("g");
+  const steps = node.steps;
+  const at = new Map(steps.map((s, i) => [s.id, i]));
+  const level = steps.map(() => 0), indeg = steps.map(() => 0), out = steps.map(() => []);
+  steps.forEach((s, i) => (s.depends_on || []).forEach((d) => {
+    const j = at.get(d);
+    if (j !== undefined) { out[j].push(i); indeg[i] += 1; }
+  }));
+  const order = [];
+  indeg.forEach((d, i) => { if (!d) order.push(i); });
+  for (let q = 0; q < order.length; q++) {
+    for (const k of out[order[q]]) {
+      level[k] = Math.max(level[k], level[order[q]] + 1);
+      if (--indeg[k] === 0) order.push(k);
+    }
+  }
+  const kids = steps.map((c) => layout(c, depth + 1));
+  const pad = depth ? 10 : 0, head = depth ? 16 : 0, gapX = 40, gapY = 10;
+  const colX = [], colY = [], pos = [];
+  let w = 0, h = 0;
+  steps.forEach((_, i) => {
+    const c = level[i];
+    colX[c] = colX[c] ?? 0;
+    colY[c] = colY[c] ?? head + pad;
+    pos[i] = { c, y: colY[c] };
+    colY[c] += kids[i].h + gapY;
+    colX[c] = Math.max(colX[c], kids[i].w);
+  });
+  const left = [];
+  let x = pad;
+  colX.forEach((cw, c) => { left[c] = x; x += (cw || 0) + gapX; });
+  steps.forEach((s, i) => {
+    const { c, y } = pos[i];
+    for (const d of s.depends_on || []) {
+      const j = at.get(d);
+      if (j === undefined) continue;
+      const from = pos[j];
+      g.append(svgEl("line", { x1: left[from.c] + kids[j].w, y1: from.y + 22, x2: left[c], y2: y + 22, stroke: "#98a2b3", "stroke-width": 2 }));
+    }
+  });
+  steps.forEach((_, i) => {
+    kids[i].g.setAttribute("transform", `translate(${left[pos[i].c]},${pos[i].y})`);
+    g.append(kids[i].g);
+    h = Math.max(h, pos[i].y + kids[i].h);
+  });
+  w = x - gapX + pad;
+  h += pad;
+  return { g, w, h };
+}
 
 /** Lay out a node of the workflow tree: a job is a box; a chain puts its steps left to
  *  right joined by arrows; a group or batch stacks its jobs in a frame (a batch with its
@@ -286,6 +339,7 @@ function layout(node, depth = 0) {
     g.append(svgEl("text", { x: 8, y: 34, fill: "#475467" }, state));
     return { g, w: 150, h: 44 };
   }
+  if (node.type === "dag") return layoutDag(node, depth);
   const kids = (node.steps || node.jobs).map((c) => layout(c, depth + 1));
   const callbacks = Object.entries(node.callbacks || {}).map(([role, c]) => ({ role, ...layout(c, depth + 1) }));
   const pad = depth ? 10 : 0, head = depth ? 16 : 0, gap = 30;
