@@ -177,3 +177,44 @@ fn tcp_push_honours_the_binding_options_as_http_does() {
         "INVALID_PAYLOAD"
     );
 }
+
+/// Error history entries carry ojs-errors §6.1's `code` and `occurred_at` beside ojsd's
+/// own `timestamp` and `type`: the worker's code when it sent one, else HANDLER_ERROR for a
+/// FAIL, NON_RETRYABLE_ERROR when it said so, HANDLER_TIMEOUT for a lost reservation.
+#[test]
+fn error_history_entries_carry_code_and_occurred_at() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    let mut w = srv.worker("w-errs");
+    let job = common::test_job("errs", json!({"retry": {"max_attempts": 5}, "timeout": 30}));
+    let id = common::push_id(&mut c, &job);
+    common::fetch_and_fail(&mut w, "errs", &id, 1, "SmtpError");
+    common::advance(&mut c, 3600.0);
+    assert_eq!(common::id_of(&common::fetch_one(&mut w, "errs")), id);
+    let fail = json!({"id": id, "error": {"type": "E", "message": "m", "code": "CUSTOM_CODE"}});
+    common::call_ok(&mut w, &format!("FAIL {fail}"));
+    common::advance(&mut c, 3600.0);
+    assert_eq!(common::id_of(&common::fetch_one(&mut w, "errs")), id);
+    // No ACK within the 30 s visibility timeout.
+    common::advance(&mut c, 60.0);
+    common::wait_for(std::time::Duration::from_secs(10), "the timeout", || {
+        (c.job(&id).ok()?["errors"].as_array()?.len() == 3).then_some(())
+    });
+    let errors = c.job(&id).expect("JOB")["errors"].clone();
+    let codes: Vec<&str> = (0..3)
+        .map(|i| errors[i]["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        ["HANDLER_ERROR", "CUSTOM_CODE", "HANDLER_TIMEOUT"],
+        "{errors}"
+    );
+    for (i, e) in errors.as_array().unwrap().iter().enumerate() {
+        assert_eq!(e["attempt"], i + 1, "{e}");
+        assert!(
+            e["occurred_at"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{e}"
+        );
+        assert_eq!(e["occurred_at"], e["timestamp"]);
+    }
+}

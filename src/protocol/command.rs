@@ -304,6 +304,22 @@ pub(crate) fn fail_error(obj: &Map<String, Value>) -> OjsResult<Value> {
             }
             Some(_) => return Err(malformed("FAIL: error.details must be an object")),
         }
+        // ojs-errors §4's code (HANDLER_ERROR, HANDLER_TIMEOUT, ...), kept in the history.
+        match e.get("code") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(c))
+                if (1..=64).contains(&c.len())
+                    && c.bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') =>
+            {
+                out.insert("code".into(), Value::String(c.clone()));
+            }
+            Some(_) => {
+                return Err(malformed(
+                    "FAIL: error.code must be an OJS error code: 1 to 64 of A-Z, 0-9 and _",
+                ))
+            }
+        }
     }
     Ok(Value::Object(out))
 }

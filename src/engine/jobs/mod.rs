@@ -523,8 +523,18 @@ impl Engine {
             .map(str::to_string);
         let mut entry = error.clone();
         if let Value::Object(m) = &mut entry {
+            // ojs-errors §6.1's fields beside ojsd's own (`timestamp`, `type`): the worker's
+            // code if it sent one, else what ended the attempt.
+            let code = match (m.get("code").and_then(Value::as_str), how) {
+                (Some(c), _) => c.to_owned(),
+                (None, _) if not_retryable => "NON_RETRYABLE_ERROR".into(),
+                (None, Ended::Lost) => "HANDLER_TIMEOUT".into(),
+                (None, _) => "HANDLER_ERROR".into(),
+            };
+            m.insert("code".into(), json!(code));
             m.insert("attempt".into(), json!(job.attempt));
             m.insert("timestamp".into(), json!(format_ts(now)));
+            m.insert("occurred_at".into(), json!(format_ts(now)));
         }
         job.push_error(entry);
         job.error = Some(error.clone());
