@@ -307,3 +307,44 @@ fn stats_counts_in_words_a_person_reads() {
     assert!(!first.contains(" 1 connections"), "{out}");
     assert_eq!(out.lines().last(), Some("1 worker"), "{out}");
 }
+
+/// The CLI covers what an operator reaches for (issue 22): jobs of a queue or state,
+/// cancel, cron get/enable/disable, workflow list/cancel, dead stats and get.
+#[test]
+fn jobs_cancel_cron_toggles_workflow_list_cancel_and_dead_stats() {
+    let srv = Server::start();
+    let mut c = srv.client();
+    let a = push_id(&mut c, &test_job("listed", json!({})));
+    let b = push_id(&mut c, &test_job("listed", json!({})));
+    let listed = ok_json(&srv, &["jobs", "--queue", "listed"]);
+    assert_eq!(listed["total"], 2, "{listed}");
+    assert!(ok(&srv, &["jobs", "--queue", "listed", "--state", "available"]).contains(&a));
+    let out = ok(&srv, &["cancel", &b]);
+    assert!(out.contains("cancelled"), "{out}");
+    assert_eq!(state_of(&mut c, &b), "cancelled");
+    let only = ok_json(&srv, &["jobs", "--state", "cancelled"]);
+    assert_eq!(only["jobs"][0]["id"], b.as_str());
+
+    let def = r#"{"name": "hourly", "cron": "0 * * * *", "type": "t.x", "args": []}"#;
+    ok(&srv, &["cron", "add", def]);
+    assert_eq!(ok_json(&srv, &["cron", "get", "hourly"])["enabled"], true);
+    assert!(ok(&srv, &["cron", "disable", "hourly"]).contains("disabled hourly"));
+    assert_eq!(ok_json(&srv, &["cron", "get", "hourly"])["enabled"], false);
+    assert!(ok(&srv, &["cron", "enable", "hourly"]).contains("next run"));
+    assert_eq!(ok_json(&srv, &["cron", "get", "hourly"])["enabled"], true);
+
+    call_json(
+        &mut c,
+        r#"WORKFLOW CREATE {"type": "chain", "id": "wf-list", "steps": [{"type": "a.one", "args": []}, {"type": "a.two", "args": []}]}"#,
+    );
+    assert!(ok(&srv, &["workflow", "list"]).contains("wf-list"));
+    let out = ok(&srv, &["workflow", "cancel", "wf-list"]);
+    assert!(out.contains("cancelled wf-list"), "{out}");
+    let listed = ok_json(&srv, &["workflow", "list", "--state", "cancelled"]);
+    assert_eq!(listed["workflows"][0]["id"], "wf-list", "{listed}");
+
+    let stats = ok_json(&srv, &["dead", "stats"]);
+    assert!(stats.is_object(), "{stats}");
+    let r = ojsd(&srv, &["dead", "get", &a]);
+    assert_eq!(r.code, 1, "not a dead letter: {}", r.err);
+}

@@ -26,8 +26,29 @@ pub struct Conn {
 pub enum Command {
     /// Enqueue one job.
     Push(Push),
-    /// Show one job's envelope.
+    /// Show one job's envelope (by id, or by the jid a Faktory client gave it).
     Job {
+        id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List jobs of a queue and/or in a state, newest first.
+    Jobs {
+        #[arg(long)]
+        queue: Option<String>,
+        /// scheduled, available, pending, active, retryable, completed, cancelled or
+        /// discarded.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Cancel a job that has not finished (a finished one is left as it is).
+    Cancel {
         id: String,
         #[command(flatten)]
         conn: Conn,
@@ -44,7 +65,7 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// The dead-letter set: list, retry, delete.
+    /// The dead-letter set: list, show, stats, retry, delete.
     Dead {
         #[command(subcommand)]
         action: DeadAction,
@@ -58,14 +79,14 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Cron registrations: list, add, delete.
+    /// Cron registrations: list, show, add, enable, disable, delete.
     Cron {
         #[command(subcommand)]
         action: CronAction,
         #[command(flatten)]
         conn: Conn,
     },
-    /// Workflows.
+    /// Workflows: list, show, cancel.
     Workflow {
         #[command(subcommand)]
         action: WorkflowAction,
@@ -166,6 +187,10 @@ impl DeadFilter {
 
 #[derive(Subcommand, Debug)]
 pub enum DeadAction {
+    /// Totals by queue and error type, and the retention.
+    Stats,
+    /// One dead letter's envelope, with its error history.
+    Get { id: String },
     /// List dead letters, newest first.
     List {
         #[command(flatten)]
@@ -207,20 +232,36 @@ pub enum WorkerAction {
 
 #[derive(Subcommand, Debug)]
 pub enum CronAction {
+    /// Every registration with its next and last run.
     List,
+    /// One registration.
+    Get { name: String },
     /// Register (or replace) a cron job: its definition as JSON, `@file` or `-` for stdin.
-    Add {
-        definition: String,
-    },
-    Del {
-        name: String,
-    },
+    Add { definition: String },
+    /// Fire again from the next occurrence on.
+    Enable { name: String },
+    /// Stop firing (the registration is kept).
+    Disable { name: String },
+    /// Remove a registration (jobs it already enqueued are not touched).
+    Del { name: String },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum WorkflowAction {
+    /// Workflows, newest first.
+    List {
+        /// running, completed, failed or cancelled.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+    },
     /// A workflow with every step's state.
     Get { id: String },
+    /// Cancel a workflow: its waiting steps never run, its running jobs are cancelled.
+    Cancel { id: String },
 }
 
 #[derive(Args, Debug)]

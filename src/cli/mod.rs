@@ -7,6 +7,7 @@
 //! password is wrong.
 
 mod args;
+mod flows;
 mod table;
 
 pub use args::*;
@@ -40,12 +41,20 @@ pub fn run(cmd: Command) -> i32 {
     let outcome = match cmd {
         Command::Push(p) => push(&p),
         Command::Job { id, conn } => job(&conn, &id),
+        Command::Jobs {
+            queue,
+            state,
+            limit,
+            offset,
+            conn,
+        } => flows::jobs(&conn, queue, state, limit, offset),
+        Command::Cancel { id, conn } => flows::cancel(&conn, &id),
         Command::Queues { conn } => queues(&conn),
         Command::Queue { action, conn } => queue(&conn, action),
         Command::Dead { action, conn } => dead(&conn, action),
         Command::Workers { action, conn } => workers(&conn, action),
-        Command::Cron { action, conn } => cron(&conn, action),
-        Command::Workflow { action, conn } => workflow(&conn, action),
+        Command::Cron { action, conn } => flows::cron(&conn, action),
+        Command::Workflow { action, conn } => flows::workflow(&conn, action),
         Command::Tail(t) => tail(&t),
         Command::Stats { conn } => stats(&conn),
     };
@@ -353,6 +362,24 @@ const BULK_PAGE: usize = 200;
 fn dead(conn: &Conn, action: DeadAction) -> Res {
     let mut c = connect(conn)?;
     match action {
+        DeadAction::Stats => {
+            let v = c.request("DEAD STATS")?.unwrap_or(Value::Null);
+            if conn.json {
+                print_json(&v);
+            } else {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            }
+            Ok(())
+        }
+        DeadAction::Get { id } => {
+            let v = c.request(&format!("DEAD GET {id}"))?.unwrap_or(Value::Null);
+            if conn.json {
+                print_json(&v);
+            } else {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            }
+            Ok(())
+        }
         DeadAction::List {
             filter,
             limit,
@@ -547,96 +574,6 @@ fn workers(conn: &Conn, action: Option<WorkerAction>) -> Res {
             Ok(())
         }
     }
-}
-
-fn cron(conn: &Conn, action: CronAction) -> Res {
-    let mut c = connect(conn)?;
-    match action {
-        CronAction::List => {
-            let v = c
-                .request(r#"CRON LIST {"limit": 1000}"#)?
-                .unwrap_or(Value::Null);
-            if conn.json {
-                print_json(&v);
-                return Ok(());
-            }
-            let mut t = Table::new(&[
-                "name", "cron", "timezone", "type", "enabled", "next run", "last run", "runs",
-            ]);
-            for e in v["cron_jobs"].as_array().into_iter().flatten() {
-                t.row(vec![
-                    s(&e["name"]),
-                    s(&e["cron"]),
-                    s(&e["timezone"]),
-                    s(&e["type"]),
-                    s(&e["enabled"]),
-                    s(&e["next_run_at"]),
-                    s(&e["last_run_at"]),
-                    s(&e["run_count"]),
-                ]);
-            }
-            t.print();
-            Ok(())
-        }
-        CronAction::Add { definition } => {
-            let def = json_arg("the definition", &definition)?;
-            let v = c
-                .request(&format!("CRON ADD {def}"))?
-                .unwrap_or(Value::Null);
-            done(conn, v.clone(), || {
-                let what = if v["created"].as_bool() == Some(true) {
-                    "registered"
-                } else {
-                    "updated"
-                };
-                format!(
-                    "{what} {}; next run {}",
-                    s(&v["cron_job"]["name"]),
-                    s(&v["cron_job"]["next_run_at"])
-                )
-            })
-        }
-        CronAction::Del { name } => {
-            c.request(&format!("CRON DEL {name}"))?;
-            done(conn, json!({"name": name, "deleted": true}), || {
-                format!("deleted {name}")
-            })
-        }
-    }
-}
-
-fn workflow(conn: &Conn, action: WorkflowAction) -> Res {
-    let mut c = connect(conn)?;
-    let WorkflowAction::Get { id } = action;
-    let v = c
-        .request(&format!("WORKFLOW GET {id}"))?
-        .unwrap_or(Value::Null);
-    if conn.json {
-        print_json(&v);
-        return Ok(());
-    }
-    println!("{} {} {}", s(&v["id"]), s(&v["type"]), s(&v["state"]));
-    fn walk(v: &Value, depth: usize) {
-        let steps = v["steps"].as_array().or_else(|| v["jobs"].as_array());
-        for st in steps.into_iter().flatten() {
-            let label = st["name"]
-                .as_str()
-                .or_else(|| st["type"].as_str())
-                .unwrap_or("?");
-            println!(
-                "{}- {label} [{}]{}",
-                "  ".repeat(depth + 1),
-                s(&st["state"]),
-                st["job_id"]
-                    .as_str()
-                    .map(|j| format!(" job {j}"))
-                    .unwrap_or_default()
-            );
-            walk(st, depth + 1);
-        }
-    }
-    walk(&v, 0);
-    Ok(())
 }
 
 fn tail(t: &Tail) -> Res {
