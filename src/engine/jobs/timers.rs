@@ -155,6 +155,12 @@ impl Engine {
                     "Faktory worker missed its heartbeats; its jobs stay reserved until their reserve_for");
                 continue;
             }
+            // A worker that held nothing lost nothing (an HTTP worker that fetched, acked and
+            // left without a heartbeat): not worth a warning.
+            if held.is_empty() {
+                tracing::debug!(worker = %wid, "worker gone quiet; it held no job");
+                continue;
+            }
             tracing::warn!(worker = %wid, jobs = held.len(), "worker missed its heartbeats; requeueing its jobs");
             for uid in held {
                 let active = self
