@@ -414,3 +414,25 @@ fn faktory_jobs_keep_their_reserve_for() {
     assert!(st == "available" || st == "retryable", "{st}");
     assert_eq!(o.job(&fid).expect("JOB")["attempt"], 1);
 }
+
+/// A quiet worker's FETCH waits out the fetch wait and answers null, as Faktory's does,
+/// rather than at once (a client looping on FETCH would spin); a job waiting in the queue
+/// is not handed to it (issue 22).
+#[test]
+fn a_quiet_workers_fetch_waits_before_answering_null() {
+    let s = Server::start_with(&["--faktory-listen", "127.0.0.1:0", "--fetch-wait-ms", "600"]);
+    let mut o = s.client();
+    let mut w = Conn::open(&s.faktory_addr, Some("w-spin"));
+    let job = json!({"jid": "spin-000001", "jobtype": "S", "args": [], "queue": "sq"});
+    assert_eq!(w.call(&format!("PUSH {job}")), "+OK");
+    o.call("WORKER QUIET w-spin").unwrap();
+    let began = std::time::Instant::now();
+    assert_eq!(w.call("FETCH sq"), "$-1");
+    let waited = began.elapsed();
+    assert!(
+        waited >= Duration::from_millis(550),
+        "answered after {waited:?}"
+    );
+    let id = ojsd::protocol::faktory::ojs_id("spin-000001");
+    assert_eq!(common::state_of(&mut o, &id), "available");
+}

@@ -592,14 +592,27 @@ impl Engine {
                     txn,
                 );
             }
-            // A worker told to go quiet or terminate gets no new job (Faktory answers its
-            // FETCH with null at once; so does ojsd, on both dialects).
-            Command::Fetch { .. }
-                if wid
-                    .as_deref()
-                    .is_some_and(|w| self.workers.directive(w).is_some()) =>
+            // A worker told to go quiet or terminate gets no new job: its FETCH waits out
+            // its wait and answers null, as Faktory's does, so a client looping on FETCH
+            // does not spin (on both dialects).
+            Command::Fetch {
+                queues,
+                count,
+                wait,
+            } if wid
+                .as_deref()
+                .is_some_and(|w| self.workers.directive(w).is_some()) =>
             {
-                Ok(answer_of(Answer::Nothing))
+                let fetch = Fetching {
+                    queues,
+                    count,
+                    wait,
+                    durable: false,
+                };
+                match self.park(wid, conn, fetch, reply) {
+                    Some((reply, out)) => return answer(txn, reply, out),
+                    None => return,
+                }
             }
             Command::Fetch {
                 queues,
@@ -741,36 +754,45 @@ impl Engine {
         reply: oneshot::Sender<Answered>,
     ) -> Option<(oneshot::Sender<Answered>, OjsResult<Out>)> {
         let by = Holder::of(wid.as_ref(), conn);
-        let out = match self.fetch(txn, by, &f.queues, f.count.unwrap_or(1)) {
-            Ok(ids) if ids.is_empty() && f.wait.is_some_and(|w| w.is_zero()) => {
-                Ok(answer_of(Answer::Nothing))
-            }
-            Ok(ids) if ids.is_empty() => {
-                let wait = f
-                    .wait
-                    .map_or(self.cfg.fetch_wait, |w| w.min(self.cfg.fetch_wait));
-                let deadline = Instant::now() + wait;
-                // Kept in deadline order, so only the front can be due: a shorter wait goes
-                // before the longer ones already waiting.
-                let at = self.waiters.partition_point(|w| w.deadline <= deadline);
-                self.waiters.insert(
-                    at,
-                    Waiter {
-                        wid,
-                        conn,
-                        queues: f.queues,
-                        count: f.count,
-                        deadline,
-                        reply,
-                        durable: f.durable,
-                    },
-                );
-                return None;
-            }
-            Ok(ids) => Ok(fetch_out(ids, f.count, f.durable)),
-            Err(e) => Err(e),
-        };
-        Some((reply, out))
+        match self.fetch(txn, by, &f.queues, f.count.unwrap_or(1)) {
+            Ok(ids) if ids.is_empty() => self.park(wid, conn, f, reply),
+            Ok(ids) => Some((reply, Ok(fetch_out(ids, f.count, f.durable)))),
+            Err(e) => Some((reply, Err(e))),
+        }
+    }
+
+    /// A FETCH with nothing for it now: answered null at once when its wait is zero, else
+    /// parked until a job comes (`serve_waiters`) or its wait runs out.
+    fn park(
+        &mut self,
+        wid: Option<Arc<str>>,
+        conn: Option<ConnId>,
+        f: Fetching,
+        reply: oneshot::Sender<Answered>,
+    ) -> Option<(oneshot::Sender<Answered>, OjsResult<Out>)> {
+        if f.wait.is_some_and(|w| w.is_zero()) {
+            return Some((reply, Ok(answer_of(Answer::Nothing))));
+        }
+        let wait = f
+            .wait
+            .map_or(self.cfg.fetch_wait, |w| w.min(self.cfg.fetch_wait));
+        let deadline = Instant::now() + wait;
+        // Kept in deadline order, so only the front can be due: a shorter wait goes before
+        // the longer ones already waiting.
+        let at = self.waiters.partition_point(|w| w.deadline <= deadline);
+        self.waiters.insert(
+            at,
+            Waiter {
+                wid,
+                conn,
+                queues: f.queues,
+                count: f.count,
+                deadline,
+                reply,
+                durable: f.durable,
+            },
+        );
+        None
     }
 
     /// The job a viewed command changes; a CANCEL of a finished job is refused (HTTP

@@ -515,8 +515,22 @@ fn the_marker_names_the_store(kind: StoreKind) {
         super::open(other, &data, 1 << 20),
         Err(StoreError::WrongStore { found, .. }) if found == kind
     ));
-    // The right store opens it, keeps its data, and writes the marker back.
-    let s = super::open(kind, &data, 1 << 20).unwrap();
+    // The right store opens it, keeps its data, and writes the marker back. (sled lets go
+    // of its own file lock from a background thread after a drop, which on a loaded
+    // machine can come after this open's first try: retry for a while.)
+    let s = {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match super::open(kind, &data, 1 << 20) {
+                Ok(s) => break s,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => panic!("{kind}: reopen: {e}"),
+            }
+        }
+    };
     assert_eq!(s.get(Space::Job, b"a").unwrap(), Some(b"1".to_vec()));
     assert_eq!(
         std::fs::read_to_string(data.join(MARKER_FILE)).unwrap(),
