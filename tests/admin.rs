@@ -55,7 +55,9 @@ fn pause_blocks_fetch_and_resume_releases_it() {
     let (st, v) = http(&srv.http_addr, "POST", "/ojs/v1/admin/queues/pq/resume", "");
     assert_eq!((st, v["paused"].clone()), (200, json!(false)));
     assert_eq!(id_of(&fetch_one(&mut w, "pq")), id2);
-    let (st, v) = http(&srv.http_addr, "POST", "/ojs/v1/admin/queues/Bad/pause", "");
+    // A name neither dialect allows (`Bad` is a Faktory queue name, and taken as one).
+    let bad = format!("/ojs/v1/admin/queues/{}/pause", "q".repeat(300));
+    let (st, v) = http(&srv.http_addr, "POST", &bad, "");
     assert_eq!(
         (st, v["error"]["code"].clone()),
         (400, json!("invalid_payload"))
@@ -337,7 +339,10 @@ fn queue_list_stats_and_purge_figures() {
     assert_eq!(fig["throughput"]["processed_per_minute"], 0, "aged out");
     assert_eq!(fig["throughput"]["processed_last_5m"], 3);
     assert_eq!(err_code(&mut c, "QUEUE STATS nowhere"), "NOT_FOUND");
-    assert_eq!(err_code(&mut c, "QUEUE STATS No_Way"), "INVALID_QUEUE");
+    // `No_Way` is a name only Faktory allows: taken as the Faktory queue, which is unknown.
+    assert_eq!(err_code(&mut c, "QUEUE STATS No_Way"), "NOT_FOUND");
+    let long = format!("QUEUE STATS {}", "q".repeat(300));
+    assert_eq!(err_code(&mut c, &long), "INVALID_QUEUE");
 
     // purge: exactly the named states, never the active job
     let p = call_json(

@@ -436,3 +436,54 @@ fn a_quiet_workers_fetch_waits_before_answering_null() {
     let id = ojsd::protocol::faktory::ojs_id("spin-000001");
     assert_eq!(common::state_of(&mut o, &id), "available");
 }
+
+/// Queues a Faktory client named show as it wrote them in the admin listings (TCP and
+/// HTTP, hence the CLI and the dashboard), and every admin command takes that name
+/// (issue 22).
+#[test]
+fn faktory_queue_names_show_and_filter_as_written() {
+    let s = start();
+    let mut f = Conn::open(&s.faktory_addr, None);
+    let job = json!({"jid": "named-000001", "jobtype": "N", "args": [], "queue": "Critical_Q"});
+    assert_eq!(f.call(&format!("PUSH {job}")), "+OK");
+    let mut o = s.client();
+    let list = common::call_json(&mut o, "QUEUE LIST");
+    let names: Vec<&str> = list["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|q| q["name"].as_str())
+        .collect();
+    assert!(names.contains(&"Critical_Q"), "{list}");
+    let stats = common::call_json(&mut o, "QUEUE STATS Critical_Q");
+    assert_eq!(
+        (stats["name"].as_str(), &stats["counts"]["available"]),
+        (Some("Critical_Q"), &json!(1))
+    );
+    common::call_ok(&mut o, "QUEUE PAUSE Critical_Q");
+    assert_eq!(
+        f.call("FETCH Critical_Q"),
+        "$-1",
+        "paused by its written name"
+    );
+    let h = common::http::get(&s.http_addr, "/ojs/v1/admin/queues");
+    assert!(
+        h.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["name"] == "Critical_Q"),
+        "{}",
+        h.text()
+    );
+    let one = common::http::get(&s.http_addr, "/ojs/v1/admin/queues/Critical_Q");
+    assert_eq!(one.json()["paused"], true, "{}", one.text());
+    let r = common::http::send(
+        &s.http_addr,
+        "POST",
+        "/ojs/v1/admin/queues/Critical_Q/resume",
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(f.json("FETCH Critical_Q")["jid"], "named-000001");
+}

@@ -399,7 +399,8 @@ fn info_queue_and_clock_replies() {
         "MALFORMED_COMMAND",
         &["QUEUE PAUSE", "QUEUE DRAIN iq"],
     );
-    assert_eq!(err_code(&mut c, "QUEUE PAUSE Bad"), "INVALID_QUEUE");
+    let long = format!("QUEUE PAUSE {}", "q".repeat(300));
+    assert_eq!(err_code(&mut c, &long), "INVALID_QUEUE");
 
     let before = server_now(&mut c);
     call_ok(&mut c, "CLOCK ADVANCE 90.5");

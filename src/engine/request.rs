@@ -158,6 +158,35 @@ pub enum QueueCmd {
     Latency(Vec<String>),
 }
 
+impl QueueCmd {
+    /// The same command with every queue name passed through `f` (front ends use it to
+    /// take names as their users write them).
+    pub fn map_names(self, f: impl Fn(String) -> String) -> QueueCmd {
+        let all = |v: Vec<String>| v.into_iter().map(&f).collect();
+        match self {
+            QueueCmd::Pause(v) => QueueCmd::Pause(all(v)),
+            QueueCmd::Resume(v) => QueueCmd::Resume(all(v)),
+            QueueCmd::List => QueueCmd::List,
+            QueueCmd::Stats(q) => QueueCmd::Stats(f(q)),
+            QueueCmd::Purge {
+                queue,
+                states,
+                older_than,
+            } => QueueCmd::Purge {
+                queue: f(queue),
+                states,
+                older_than,
+            },
+            QueueCmd::Remove(v) => QueueCmd::Remove(all(v)),
+            QueueCmd::Limit { queue, limit } => QueueCmd::Limit {
+                queue: f(queue),
+                limit,
+            },
+            QueueCmd::Latency(v) => QueueCmd::Latency(all(v)),
+        }
+    }
+}
+
 /// Which dead letters a command covers; every field that is set must match.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeadFilter {

@@ -29,7 +29,7 @@ use crate::engine::api::WorkerList;
 use crate::engine::Answer;
 use crate::protocol::admin::{self as parse, DeadCmd, QueueCmd};
 use crate::protocol::command::WorkerDirective;
-use crate::protocol::faktory::job_ref;
+use crate::protocol::faktory::{job_ref, queue_ref, shown_queues, shown_stats};
 use crate::protocol::Command;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -131,24 +131,33 @@ pub(super) async fn queues(
         Answer::Queues(list) => list,
         other => return Err(ApiError::unexpected(&other)),
     };
+    let list = shown_queues(list);
     let (items, pagination) = paged(&list.queues, at);
     Ok(ok_json(&json!({"items": items, "pagination": pagination})))
 }
 
 pub(super) async fn queue(State(st): State<AppState>, Path(name): Path<String>) -> Res {
-    match call(&st, Command::Queue(QueueCmd::Stats(name))).await? {
-        Answer::QueueStats(v) => Ok(ok_json(&v)),
+    match call(&st, Command::Queue(QueueCmd::Stats(queue_ref(name)))).await? {
+        Answer::QueueStats(v) => Ok(ok_json(&shown_stats(*v))),
         other => Err(ApiError::unexpected(&other)),
     }
 }
 
 pub(super) async fn pause(State(st): State<AppState>, Path(name): Path<String>) -> Res {
-    call(&st, Command::Queue(QueueCmd::Pause(vec![name.clone()]))).await?;
+    call(
+        &st,
+        Command::Queue(QueueCmd::Pause(vec![queue_ref(name.clone())])),
+    )
+    .await?;
     Ok(ok_json(&json!({"name": name, "paused": true})))
 }
 
 pub(super) async fn resume(State(st): State<AppState>, Path(name): Path<String>) -> Res {
-    call(&st, Command::Queue(QueueCmd::Resume(vec![name.clone()]))).await?;
+    call(
+        &st,
+        Command::Queue(QueueCmd::Resume(vec![queue_ref(name.clone())])),
+    )
+    .await?;
     Ok(ok_json(&json!({"name": name, "paused": false})))
 }
 
@@ -172,7 +181,7 @@ async fn set_rate_limit(st: &AppState, queue: String, limit: Option<parse::Queue
     call(
         st,
         Command::Queue(QueueCmd::Limit {
-            queue: queue.clone(),
+            queue: queue_ref(queue.clone()),
             limit,
         }),
     )
@@ -181,7 +190,12 @@ async fn set_rate_limit(st: &AppState, queue: String, limit: Option<parse::Queue
 }
 
 pub(super) async fn rate_limit_get(State(st): State<AppState>, Path(name): Path<String>) -> Res {
-    match call(&st, Command::Queue(QueueCmd::Stats(name.clone()))).await? {
+    match call(
+        &st,
+        Command::Queue(QueueCmd::Stats(queue_ref(name.clone()))),
+    )
+    .await?
+    {
         Answer::QueueStats(v) => Ok(ok_json(&json!({"queue": name, "rate_limit": v.rate_limit}))),
         other => Err(ApiError::unexpected(&other)),
     }
@@ -192,7 +206,7 @@ pub(super) async fn purge(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Res {
-    let cmd = parse::queue_purge(&name, &body_object(&body)?)?;
+    let cmd = parse::queue_purge(&queue_ref(name), &body_object(&body)?)?;
     match call(&st, Command::Queue(cmd)).await? {
         Answer::Purged(v) => Ok(ok_json(&v)),
         other => Err(ApiError::unexpected(&other)),

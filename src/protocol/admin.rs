@@ -205,7 +205,12 @@ pub fn queue_purge(queue: &str, obj: &Map<String, Value>) -> OjsResult<QueueCmd>
     })
 }
 
+/// `QUEUE ...`; a queue may be named as a Faktory client wrote it (`Critical_Q`).
 pub fn parse_queue(payload: &str) -> OjsResult<QueueCmd> {
+    parse_queue_names(payload).map(|c| c.map_names(super::faktory::queue_ref))
+}
+
+fn parse_queue_names(payload: &str) -> OjsResult<QueueCmd> {
     let (sub, rest) = split_verb(payload);
     match sub.to_ascii_uppercase().as_str() {
         "PAUSE" | "RESUME" => {

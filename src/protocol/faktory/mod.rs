@@ -12,7 +12,25 @@ mod job;
 mod names;
 
 pub use job::{check_jid, job_ref, ojs_id, to_faktory_job, to_ojs_job, MAX_JID_BYTES};
-pub use names::{faktory_queue, faktory_type, ojs_queue, ojs_type};
+pub use names::{faktory_queue, faktory_type, ojs_queue, ojs_type, queue_ref};
+
+use crate::engine::api::{QueueList, QueueStats};
+
+/// A queue listing with each queue named as its users wrote it: a queue a Faktory client
+/// named `Critical_Q` shows as `Critical_Q`, not as the OJS name it is filed under (an
+/// OJS name shows as it is). Every admin command takes either name ([`queue_ref`]).
+pub fn shown_queues(mut list: QueueList) -> QueueList {
+    for q in &mut list.queues {
+        q.name = faktory_queue(&q.name);
+    }
+    list
+}
+
+/// [`shown_queues`] for one queue's stats.
+pub fn shown_stats(mut stats: QueueStats) -> QueueStats {
+    stats.summary.name = faktory_queue(&stats.summary.name);
+    stats
+}
 
 use crate::engine::api::Info;
 use crate::engine::{Answer, Answered};

@@ -123,6 +123,16 @@ pub fn faktory_queue(ojs: &str) -> String {
     QUEUE.decode(ojs)
 }
 
+/// A queue as an operator names it on any port: an OJS queue name as it is; a name only
+/// Faktory allows (`Critical_Q`) as the queue the Faktory port files it under; `*` (every
+/// queue) and anything else unchanged, for the engine to judge.
+pub fn queue_ref(name: String) -> String {
+    if name == "*" || crate::job::is_valid_queue(&name) {
+        return name;
+    }
+    ojs_queue(&name).unwrap_or(name)
+}
+
 /// The OJS job type of a Faktory jobtype.
 pub fn ojs_type(jobtype: &str) -> OjsResult<String> {
     if jobtype.is_empty() {
