@@ -7,6 +7,7 @@
 //! password is wrong.
 
 mod args;
+mod cluster;
 mod table;
 
 pub use args::*;
@@ -48,6 +49,7 @@ pub fn run(cmd: Command) -> i32 {
         Command::Workflow { action, conn } => workflow(&conn, action),
         Command::Tail(t) => tail(&t),
         Command::Stats { conn } => stats(&conn),
+        Command::Cluster { conn } => cluster::cluster(&conn),
     };
     match outcome {
         Ok(()) => 0,
