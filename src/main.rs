@@ -117,12 +117,14 @@ struct Args {
     /// With --store postgres: this node's id, the owner named in the partition's lease.
     /// Default: <hostname>-<pid>, which is persisted nowhere, so a restarted ojsd waits for
     /// the lease of a crashed predecessor to expire (--lease-ttl-ms); give a stable id to
-    /// take its partition back at once.
+    /// take its partition back at once. (On fjall and sled, only the name CLUSTER reports.)
     #[arg(long, env = "OJSD_NODE_ID", value_name = "ID")]
     node_id: Option<String>,
     /// With --store postgres: how long the partition's lease lasts past its last renewal
     /// (renewed every fifth of it), ms. A node that cannot renew stops writing a fifth of
-    /// it before it runs out; another node may take the partition once it has.
+    /// it before it runs out; another node may take the partition once it has. While
+    /// another node holds it, this one waits as a standby (no client port bound) and tries
+    /// again every fifth of it.
     #[arg(long, env = "OJSD_LEASE_TTL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(500..))]
     lease_ttl_ms: u64,
     /// With --store postgres: memory for committed records read back from PostgreSQL (a

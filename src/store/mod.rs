@@ -20,6 +20,7 @@
 mod fjall_store;
 mod postgres_cache;
 mod postgres_cluster;
+mod postgres_lease;
 mod postgres_schema;
 mod postgres_store;
 mod sled_store;

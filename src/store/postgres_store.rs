@@ -30,10 +30,20 @@
 //!
 //! A read holds the overlay's read lock while it asks PostgreSQL, and a sync removes
 //! entries only under the write lock after its transaction committed: so a reader sees an
-//! entry either in the overlay or in the table, never in neither. Scans go in pages of
-//! [`PAGE_ROWS`] keys (keyset pagination on the primary key), each merged with the overlay
-//! entries of its key range, and the lock is released before the callback runs; a scan is
-//! not a snapshot across pages (as with sled).
+//! entry either in the overlay or in the table, never in neither. Scans go in pages
+//! (keyset pagination on the primary key; [`PAGE_ROWS`] keys first, each page larger up to
+//! [`MAX_PAGE_ROWS`]), each merged with the overlay entries of its key range, and the lock
+//! is released before the callback runs; a scan is not a snapshot across pages (as with
+//! sled).
+//!
+//! # The read cache
+//!
+//! Committed records are also kept in a cache bounded in bytes (`postgres_cache.rs`,
+//! `--postgres-cache-mb`), consulted after the overlay and before the table. A sync writes
+//! what it committed into it (a delete removes the key) under the overlay's write lock;
+//! `get` misses and scan pages fill it under the overlay's read lock, which no sync can
+//! take between their query and their fill. Since this node is the partition's only
+//! writer while it holds the lease, the cache never holds a value older than the table's.
 //!
 //! # The lease and the fence
 //!
@@ -65,11 +75,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_postgres::NoTls;
 
 use super::postgres_cache::ReadCache;
 use super::postgres_cluster::PgClusterView;
+use super::postgres_lease::Lease;
 use super::postgres_schema::{acquire, heartbeat_sql, migrate, quote_schema};
 use super::ClusterView;
 
@@ -102,99 +113,6 @@ pub(super) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => err(e),
         e => StoreError::Backend(format!("postgres pool: {e}")),
-    }
-}
-
-/// The lease, shared with the renewal task (which holds nothing else of the store, so the
-/// store and its runtime are never dropped on one of the runtime's own threads).
-struct Lease {
-    pool: Pool,
-    renew_sql: String,
-    heartbeat_sql: String,
-    part: i32,
-    node: String,
-    /// The client address registered with each heartbeat.
-    addr: Option<String>,
-    epoch: i64,
-    ttl: Duration,
-    /// When the last successful renewal (or the acquisition) was sent.
-    renewed_at: Mutex<Instant>,
-    /// A renewal found the partition owned by a later epoch.
-    lost: AtomicBool,
-    stop: tokio::sync::Notify,
-    /// Test hook: a frozen node (no renewals).
-    paused: AtomicBool,
-}
-
-impl Lease {
-    fn ttl_ms(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    /// `Fenced` once the lease is lost or, on this node's monotonic clock, about to expire.
-    fn check(&self) -> StoreResult<()> {
-        if self.lost.load(Ordering::SeqCst) {
-            return Err(self.fenced("a renewal found it taken over"));
-        }
-        let age = self.renewed_at.lock().unwrap().elapsed();
-        if age + self.ttl / 5 >= self.ttl {
-            return Err(self.fenced(&format!(
-                "its last renewal was {} ms ago, the lease lasts {} ms",
-                age.as_millis(),
-                self.ttl.as_millis()
-            )));
-        }
-        Ok(())
-    }
-
-    fn fenced(&self, why: &str) -> StoreError {
-        StoreError::Fenced(format!(
-            "node {} no longer holds partition {} at epoch {}: {why}",
-            self.node, self.part, self.epoch
-        ))
-    }
-
-    async fn renew(&self) -> Result<u64, StoreError> {
-        let client = self.pool.get().await.map_err(pool_err)?;
-        let n = client
-            .execute(
-                &self.renew_sql,
-                &[&self.part, &self.node, &self.epoch, &self.ttl_ms()],
-            )
-            .await
-            .map_err(err)?;
-        client
-            .execute(&self.heartbeat_sql, &[&self.node, &self.addr])
-            .await
-            .map_err(err)?;
-        Ok(n)
-    }
-
-    async fn renew_loop(self: Arc<Lease>, every: Duration) {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = self.stop.notified() => return,
-            }
-            if self.paused.load(Ordering::SeqCst) {
-                continue;
-            }
-            let sent = Instant::now();
-            match tokio::time::timeout(self.ttl, self.renew()).await {
-                Ok(Ok(1)) => {
-                    let mut at = self.renewed_at.lock().unwrap();
-                    *at = (*at).max(sent);
-                }
-                Ok(Ok(_)) => {
-                    self.lost.store(true, Ordering::SeqCst);
-                    tracing::error!(part = self.part, epoch = self.epoch, node = %self.node,
-                        "lost the partition's lease to another node; refusing writes");
-                    return;
-                }
-                Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
-                Err(_) => tracing::warn!("lease renewal timed out"),
-            }
-        }
     }
 }
 
