@@ -327,12 +327,14 @@ impl Shared {
             })?;
             let full = rows.len() as i64 == rows_wanted;
             rows_wanted = (rows_wanted * PAGE_GROWTH).min(MAX_PAGE_ROWS);
-            let mut page: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            // Values as `Bytes`, shared with the cache and the overlay rather than copied.
+            let mut page: BTreeMap<Vec<u8>, Bytes> = BTreeMap::new();
             for row in &rows {
                 let (k, v): (Vec<u8>, Vec<u8>) = (row.get(0), row.get(1));
+                let v = Bytes::from(v);
                 if fill {
                     // Committed values, read under the overlay's lock (see `get`).
-                    self.cache.put(space, &k, Some(Bytes::copy_from_slice(&v)));
+                    self.cache.put(space, &k, Some(v.clone()));
                 }
                 page.insert(k, v);
             }
@@ -347,7 +349,7 @@ impl Shared {
                 let range = (as_ref(&plo), as_ref(&phi));
                 for (k, (_, v)) in guard.spaces[space.index()].range::<[u8], _>(range) {
                     match v {
-                        Some(v) => page.insert(k.clone(), v.to_vec()),
+                        Some(v) => page.insert(k.clone(), v.clone()),
                         None => page.remove(k),
                     };
                 }
