@@ -117,14 +117,21 @@ struct Args {
     /// With --store postgres: this node's id, the owner named in the partition's lease.
     /// Default: <hostname>-<pid>, which is persisted nowhere, so a restarted ojsd waits for
     /// the lease of a crashed predecessor to expire (--lease-ttl-ms); give a stable id to
-    /// take its partition back at once.
+    /// take its partition back at once. (On fjall and sled, only the name CLUSTER reports.)
     #[arg(long, env = "OJSD_NODE_ID", value_name = "ID")]
     node_id: Option<String>,
     /// With --store postgres: how long the partition's lease lasts past its last renewal
     /// (renewed every fifth of it), ms. A node that cannot renew stops writing a fifth of
-    /// it before it runs out; another node may take the partition once it has.
+    /// it before it runs out; another node may take the partition once it has. While
+    /// another node holds it, this one waits as a standby (no client port bound) and tries
+    /// again every fifth of it.
     #[arg(long, env = "OJSD_LEASE_TTL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(500..))]
     lease_ttl_ms: u64,
+    /// With --store postgres: memory for committed records read back from PostgreSQL (a
+    /// bounded cache in front of the table, so a record read twice costs one round trip),
+    /// MiB; 0: none.
+    #[arg(long, env = "OJSD_POSTGRES_CACHE_MB", default_value_t = 64)]
+    postgres_cache_mb: u64,
     /// Cache of the embedded database (fjall's block cache, sled's page cache), MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
@@ -405,7 +412,10 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
     // Both ports are bound before the data dir is touched: a port in use fails at once,
     // creates no data dir, and takes no lock. While the store opens and the index is
     // rebuilt, clients that connect wait in the listen backlog; none is refused.
-    let (listener, http_listener, faktory_listener) = {
+    // On PostgreSQL the node may wait as a standby first: the ports are only tried now (a
+    // port in use still fails at once) and bound once it holds the partition, so that a
+    // load balancer's health check finds only the active node.
+    let bind_all = || {
         let _in_runtime = runtime.enter();
         let listener = server::bind(args.listen)
             .map_err(|e| format!("cannot listen on {} (--listen): {e}", args.listen))?;
@@ -423,8 +433,9 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             ),
             None => None,
         };
-        (listener, http_listener, faktory_listener)
+        Ok::<_, String>((listener, http_listener, faktory_listener))
     };
+    let mut bound = Some(bind_all()?);
     let opening = std::time::Instant::now();
     let cache_bytes = args.cache_mb.saturating_mul(1024 * 1024);
     let store = match args.store {
@@ -437,11 +448,17 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             opts.schema = args.postgres_schema.clone();
             opts.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
             opts.renew_every = opts.lease_ttl / 5;
-            opts.acquire_wait = opts.lease_ttl * 2;
-            store::open_postgres(&opts).map_err(|e| match e {
+            // A standby until the partition is free: for as long as it takes.
+            opts.acquire_wait = Duration::MAX;
+            opts.addr = Some(args.listen.to_string());
+            opts.read_cache_bytes = args.postgres_cache_mb.saturating_mul(1024 * 1024);
+            drop(bound.take());
+            let store = store::open_postgres(&opts).map_err(|e| match e {
                 StoreError::Leased { .. } => e.to_string(),
                 e => format!("cannot open the postgres store: {e}"),
-            })?
+            })?;
+            bound = Some(bind_all()?);
+            store
         }
         kind => store::open(kind, &args.data_dir, cache_bytes).map_err(|e| match e {
             // These name the data dir and what to do themselves.
@@ -454,6 +471,10 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         ms = opening.elapsed().as_millis() as u64,
         "store opened"
     );
+    let (listener, http_listener, faktory_listener) = bound
+        .take()
+        .expect("the listeners are bound once the store is open");
+    let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
     let cfg = Config {
         limits: Limits {
             max_job_bytes: args.max_job_bytes,
@@ -470,6 +491,8 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         max_queues: args.max_queues,
         max_metric_series: args.max_metric_series,
         compact_after_deletes: args.compact_after_deletes,
+        node_id: args.node_id.clone().unwrap_or_else(store::default_node_id),
+        node_addr: Some(local_addr.to_string()),
         events: engine::EventConfig {
             held: HeldLimits {
                 per_subscriber: args.max_subscriber_bytes,

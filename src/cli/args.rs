@@ -100,6 +100,12 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// The cluster's nodes (active, standby, gone), the partitions each holds, their lease
+    /// epochs and heartbeats (--store postgres); on an embedded store, the server alone.
+    Cluster {
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 #[derive(Args, Debug)]

@@ -7,6 +7,7 @@
 //! password is wrong.
 
 mod args;
+mod cluster;
 mod flows;
 mod table;
 
@@ -57,6 +58,7 @@ pub fn run(cmd: Command) -> i32 {
         Command::Workflow { action, conn } => flows::workflow(&conn, action),
         Command::Tail(t) => tail(&t),
         Command::Stats { conn } => stats(&conn),
+        Command::Cluster { conn } => cluster::cluster(&conn),
     };
     match outcome {
         Ok(()) => 0,

@@ -17,6 +17,8 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::store::{ClusterNode, ClusterState};
+
 /// What a command answers, or why it was refused.
 pub type Answered = Result<Answer, OjsError>;
 
@@ -34,6 +36,8 @@ pub enum Answer {
     /// BEAT when the worker has a pending directive.
     Directive(WorkerDirective),
     Info(Box<Info>),
+    /// CLUSTER.
+    Cluster(Box<ClusterState>),
     Queues(QueueList),
     QueueStats(Box<QueueStats>),
     Purged(Purged),

@@ -6,6 +6,7 @@
 mod admin;
 pub mod api;
 mod clock;
+mod cluster;
 mod commit;
 mod compact;
 mod cron;
@@ -90,6 +91,9 @@ pub struct Config {
     pub max_metric_series: usize,
     /// Deletions after which a space is compacted (`--compact-after-deletes`; 0: never).
     pub compact_after_deletes: u64,
+    /// This node's id and client address, for CLUSTER on a store of one node.
+    pub node_id: String,
+    pub node_addr: Option<String>,
 }
 
 /// Default `--compact-after-deletes`.
@@ -120,6 +124,8 @@ impl Default for Config {
             max_queues: DEFAULT_MAX_QUEUES,
             max_metric_series: metrics::DEFAULT_MAX_SERIES,
             compact_after_deletes: compact::DEFAULT_AFTER_DELETES,
+            node_id: "local".to_string(),
+            node_addr: None,
         }
     }
 }
@@ -688,6 +694,10 @@ impl Engine {
                 report,
             ))),
             Command::Info => Ok(answer_of(self.info())),
+            Command::Cluster => match self.cluster(reply) {
+                Some((reply, a)) => return answer(txn, reply, Ok(answer_of(a))),
+                None => return,
+            },
             Command::Queue(q) => return self.queue_cmd(txn, q, wid.as_ref(), reply),
             Command::Workers => Ok(answer_of(self.worker_list())),
             Command::Jobs(q) => self.jobs_page(txn, &q).map(answer_of),

@@ -87,6 +87,8 @@ pub enum Command {
         id: String,
     },
     Info,
+    /// `CLUSTER`: the nodes and which partitions each holds.
+    Cluster,
     Queue(QueueCmd),
     Dead(DeadCmd),
     Worker {

@@ -426,6 +426,14 @@ pub(super) async fn overview(State(st): State<AppState>) -> Res {
     }
 }
 
+/// `GET /ojs/v1/admin/cluster`: the nodes and the partitions each holds (CLUSTER).
+pub(super) async fn cluster(State(st): State<AppState>) -> Res {
+    match call(&st, Command::Cluster).await? {
+        Answer::Cluster(v) => Ok(ok_json(&v)),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
 /// `GET /ojs/v1/admin/stats` (ojs-admin-api §10.1): queues, workers, jobs by state, the
 /// last minute's throughput and the uptime, from INFO and OVERVIEW.
 pub(super) async fn stats(State(st): State<AppState>) -> Res {

@@ -201,6 +201,7 @@ fn routes() -> Router<AppState> {
         .route("/ojs/v1/admin/workers/{id}", get(admin::worker))
         .route("/ojs/v1/admin/jobs", get(admin::jobs))
         .route("/ojs/v1/admin/overview", get(admin::overview))
+        .route("/ojs/v1/admin/cluster", get(admin::cluster))
         .route("/ojs/v1/admin/stats", get(admin::stats))
         .route("/ojs/v1/admin/stats/history", get(admin::stats_history));
     // Changing what is not one's own.

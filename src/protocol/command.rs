@@ -53,6 +53,7 @@ impl Command {
             Command::Activate { .. } => "ACTIVATE",
             Command::Job { .. } => "JOB",
             Command::Info => "INFO",
+            Command::Cluster => "CLUSTER",
             Command::Queue(q) => match q {
                 QueueCmd::Pause(_) => "QUEUE PAUSE",
                 QueueCmd::Resume(_) => "QUEUE RESUME",
@@ -126,6 +127,7 @@ pub fn required_role(cmd: &Command) -> Need {
         | Command::Jobs(_)
         | Command::Overview
         | Command::StatsHistory { .. }
+        | Command::Cluster
         | Command::Subscribe { .. } => Need::Observer,
         Command::Queue(QueueCmd::List | QueueCmd::Stats(_) | QueueCmd::Latency(_)) => {
             Need::Observer
@@ -468,6 +470,8 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             id: job_ref(single_word("JOB", payload, "job id")?),
         }),
         "INFO" => Ok(Command::Info),
+        "CLUSTER" if payload.is_empty() => Ok(Command::Cluster),
+        "CLUSTER" => Err(malformed("CLUSTER takes no arguments")),
         "QUEUE" => super::admin::parse_queue(payload).map(Command::Queue),
         "DEAD" => super::admin::parse_dead(payload).map(Command::Dead),
         "WORKERS" if payload.is_empty() => Ok(Command::Workers),

@@ -69,6 +69,7 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
         Answer::Jobs(js) => Some(Bytes::from(envelopes(js))),
         Answer::Directive(d) => ser(&serde_json::json!({"state": directive_name(Some(*d))})),
         Answer::Info(v) => ser(v),
+        Answer::Cluster(v) => ser(v),
         Answer::Queues(v) => ser(&super::faktory::shown_queues(v.clone())),
         Answer::QueueStats(v) => ser(&super::faktory::shown_stats((**v).clone())),
         Answer::Purged(v) => ser(v),

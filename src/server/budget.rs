@@ -146,6 +146,7 @@ pub fn worst_case(cmd: &Command, line_len: usize, max_job: usize) -> usize {
         // by one, so that a new command must be placed here to build.
         Command::Job { .. }
         | Command::Info
+        | Command::Cluster
         | Command::Queue(_)
         | Command::Dead(_)
         | Command::Workers

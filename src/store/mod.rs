@@ -18,6 +18,9 @@
 //! rather than refused (see [`open`]).
 
 mod fjall_store;
+mod postgres_cache;
+mod postgres_cluster;
+mod postgres_lease;
 mod postgres_schema;
 mod postgres_store;
 mod sled_store;
@@ -31,6 +34,7 @@ pub use sled_store::SledStore;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The default cache of the embedded database, MiB: fjall's block cache, or sled's page
@@ -301,6 +305,54 @@ pub trait Store: Send + Sync {
     fn compactor(&self) -> Option<Box<dyn Compactor>> {
         None
     }
+    /// Where to read the cluster's nodes and partitions from, for a store shared by several
+    /// nodes (PostgreSQL). `None`: this node is the whole cluster (fjall, sled).
+    fn cluster_view(&self) -> Option<Arc<dyn ClusterView>> {
+        None
+    }
+}
+
+/// One node of the cluster as CLUSTER reports it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ClusterNode {
+    /// `--node-id`.
+    pub id: String,
+    /// The client address it registered (`--listen`), if any.
+    pub addr: Option<String>,
+    /// The partitions it holds a live lease on.
+    pub partitions: Vec<u32>,
+    /// The highest epoch of those leases.
+    pub epoch: Option<i64>,
+    /// When the latest of those leases runs out unless renewed (RFC 3339, UTC).
+    pub lease_until: Option<String>,
+    /// Its last heartbeat (RFC 3339, UTC), renewed with its lease or, as a standby, with
+    /// each attempt to take one.
+    pub heartbeat_at: Option<String>,
+    /// `active` (holds partitions), `standby` (heartbeating, holds none) or `gone` (no
+    /// heartbeat for a lease TTL of the node answering).
+    pub role: &'static str,
+    /// This is the node that answered.
+    pub local: bool,
+}
+
+/// The cluster: how many partitions, which node holds which.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ClusterState {
+    /// The store the cluster keeps its data in.
+    pub store: &'static str,
+    pub partitions: u32,
+    pub nodes: Vec<ClusterNode>,
+    /// Partitions nobody holds a live lease on (between a node's death and a takeover).
+    pub unowned: Vec<u32>,
+}
+
+/// Called once with the cluster's state (or why it could not be read).
+pub type ClusterDone = Box<dyn FnOnce(StoreResult<ClusterState>) + Send>;
+
+/// Reads the cluster's state without blocking the caller: `done` runs on another thread
+/// once the answer is in (so the engine thread never waits for the database).
+pub trait ClusterView: Send + Sync {
+    fn read(&self, done: ClusterDone);
 }
 
 /// Rewrites a space's files so that what deletions left behind (old versions, tombstones)
@@ -444,8 +496,13 @@ pub struct PostgresOptions {
     pub lease_ttl: Duration,
     /// How often it is renewed.
     pub renew_every: Duration,
-    /// How long opening waits for another node's lease to be released or expire.
+    /// How long opening waits for another node's lease to be released or expire
+    /// (`Duration::MAX`: for ever, as a standby); it tries again every `renew_every`.
     pub acquire_wait: Duration,
+    /// The client address this node registers in `ojs_nodes.peer_addr` (for CLUSTER).
+    pub addr: Option<String>,
+    /// Bytes of committed records the store keeps in memory to answer reads (0: none).
+    pub read_cache_bytes: u64,
 }
 
 impl PostgresOptions {
@@ -462,6 +519,8 @@ impl PostgresOptions {
             lease_ttl: Self::DEFAULT_LEASE_TTL,
             renew_every: Duration::from_secs(1),
             acquire_wait: Self::DEFAULT_LEASE_TTL * 2,
+            addr: None,
+            read_cache_bytes: postgres_cache::READ_CACHE_BYTES,
         }
     }
 }

@@ -37,10 +37,13 @@ pub(super) fn quote_schema(schema: &str) -> StoreResult<String> {
     Ok(format!("\"{schema}\""))
 }
 
+/// Register or refresh a node: `$1` its id, `$2` its client address (NULL keeps the one
+/// registered).
 pub(super) fn heartbeat_sql(s: &str) -> String {
     format!(
-        "INSERT INTO {s}.ojs_nodes (node, heartbeat_at) VALUES ($1, now()) \
-         ON CONFLICT (node) DO UPDATE SET heartbeat_at = now()"
+        "INSERT INTO {s}.ojs_nodes (node, peer_addr, heartbeat_at) VALUES ($1, $2, now()) \
+         ON CONFLICT (node) DO UPDATE SET heartbeat_at = now(), \
+         peer_addr = COALESCE(EXCLUDED.peer_addr, {s}.ojs_nodes.peer_addr)"
     )
 }
 
@@ -116,14 +119,19 @@ pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str) -> StoreResult<(
     tx.commit().await.map_err(err)
 }
 
-/// Take partition `part` for `node`, waiting up to `wait` for another owner's lease to
-/// expire. Returns the new epoch and when the winning statement was sent.
+/// Take partition `part` for `node` (registered in `ojs_nodes` with `addr`), trying every
+/// `every` for up to `wait` while another node's lease is live. Meanwhile the node is a
+/// standby: it heartbeats on each try and says who holds the partition when that changes
+/// (and once a minute). Returns the new epoch and when the winning statement was sent.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire(
     pool: &Pool,
     s: &str,
     part: i32,
     node: &str,
+    addr: Option<&str>,
     ttl: Duration,
+    every: Duration,
     wait: Duration,
 ) -> StoreResult<(i64, Instant)> {
     let client = pool.get().await.map_err(pool_err)?;
@@ -137,19 +145,26 @@ pub(super) async fn acquire(
         )
         .await
         .map_err(err)?;
-    client
-        .execute(&heartbeat_sql(s), &[&node])
-        .await
-        .map_err(err)?;
+    let heartbeat = heartbeat_sql(s);
     let take = format!(
         "UPDATE {s}.ojs_partitions SET owner = $2, epoch = epoch + 1, \
          lease_until = now() + $3::bigint * interval '1 millisecond' \
          WHERE part = $1 AND (owner IS NULL OR owner = $2 OR lease_until < now()) \
          RETURNING epoch"
     );
+    let holder = format!(
+        "SELECT owner, to_char(lease_until AT TIME ZONE 'UTC', \
+         'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM {s}.ojs_partitions WHERE part = $1"
+    );
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let every = every.max(Duration::from_millis(10));
     let t0 = Instant::now();
+    let mut told: Option<(String, Instant)> = None;
     loop {
+        client
+            .execute(&heartbeat, &[&node, &addr])
+            .await
+            .map_err(err)?;
         let sent = Instant::now();
         if let Some(row) = client
             .query_opt(&take, &[&part, &node, &ttl_ms])
@@ -158,21 +173,35 @@ pub(super) async fn acquire(
         {
             return Ok((row.get(0), sent));
         }
-        if t0.elapsed() >= wait {
-            let owner = client
-                .query_opt(
-                    &format!("SELECT owner FROM {s}.ojs_partitions WHERE part = $1"),
-                    &[&part],
+        let (owner, until) = client
+            .query_opt(&holder, &[&part])
+            .await
+            .map_err(err)?
+            .map(|r| {
+                (
+                    r.get::<_, Option<String>>(0).unwrap_or_default(),
+                    r.get::<_, Option<String>>(1).unwrap_or_default(),
                 )
-                .await
-                .map_err(err)?
-                .and_then(|r| r.get::<_, Option<String>>(0))
-                .unwrap_or_default();
+            })
+            .unwrap_or_default();
+        if t0.elapsed() >= wait {
             return Err(StoreError::Leased {
                 part: part as u32,
                 owner,
             });
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let say = match &told {
+            Some((o, at)) => *o != owner || at.elapsed() >= Duration::from_secs(60),
+            None => true,
+        };
+        if say {
+            tracing::info!(
+                "standby: partition {part} is held by node {owner} until {until}; \
+                 trying again every {} ms",
+                every.as_millis()
+            );
+            told = Some((owner, Instant::now()));
+        }
+        tokio::time::sleep(every).await;
     }
 }

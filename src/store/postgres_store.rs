@@ -30,10 +30,20 @@
 //!
 //! A read holds the overlay's read lock while it asks PostgreSQL, and a sync removes
 //! entries only under the write lock after its transaction committed: so a reader sees an
-//! entry either in the overlay or in the table, never in neither. Scans go in pages of
-//! [`PAGE_ROWS`] keys (keyset pagination on the primary key), each merged with the overlay
-//! entries of its key range, and the lock is released before the callback runs; a scan is
-//! not a snapshot across pages (as with sled).
+//! entry either in the overlay or in the table, never in neither. Scans go in pages
+//! (keyset pagination on the primary key; [`PAGE_ROWS`] keys first, each page larger up to
+//! [`MAX_PAGE_ROWS`]), each merged with the overlay entries of its key range, and the lock
+//! is released before the callback runs; a scan is not a snapshot across pages (as with
+//! sled).
+//!
+//! # The read cache
+//!
+//! Committed records are also kept in a cache bounded in bytes (`postgres_cache.rs`,
+//! `--postgres-cache-mb`), consulted after the overlay and before the table. A sync writes
+//! what it committed into it (a delete removes the key) under the overlay's write lock;
+//! `get` misses and scan pages fill it under the overlay's read lock, which no sync can
+//! take between their query and their fill. Since this node is the partition's only
+//! writer while it holds the lease, the cache never holds a value older than the table's.
 //!
 //! # The lease and the fence
 //!
@@ -65,13 +75,23 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_postgres::NoTls;
 
+use super::postgres_cache::ReadCache;
+use super::postgres_cluster::PgClusterView;
+use super::postgres_lease::Lease;
 use super::postgres_schema::{acquire, heartbeat_sql, migrate, quote_schema};
+use super::ClusterView;
 
-/// Rows per page of a scan.
-pub const PAGE_ROWS: i64 = 256;
+/// Rows of a scan's first page: a scan that stops early (an event log read, a floor key)
+/// reads little; each next page is [`PAGE_GROWTH`] times larger, up to [`MAX_PAGE_ROWS`],
+/// so a whole-space scan (the rebuild) takes few round trips.
+pub const PAGE_ROWS: i64 = 64;
+/// How much larger each page of a scan is than the one before.
+const PAGE_GROWTH: i64 = 4;
+/// The largest page of a scan.
+pub const MAX_PAGE_ROWS: i64 = 4096;
 /// Bytes of pending values past which `write` syncs before taking more.
 pub const OVERLAY_MAX_BYTES: usize = 64 << 20;
 /// Connections in the pool: the engine, the syncer, the lease, and the rebuild's scanners.
@@ -93,97 +113,6 @@ pub(super) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => err(e),
         e => StoreError::Backend(format!("postgres pool: {e}")),
-    }
-}
-
-/// The lease, shared with the renewal task (which holds nothing else of the store, so the
-/// store and its runtime are never dropped on one of the runtime's own threads).
-struct Lease {
-    pool: Pool,
-    renew_sql: String,
-    heartbeat_sql: String,
-    part: i32,
-    node: String,
-    epoch: i64,
-    ttl: Duration,
-    /// When the last successful renewal (or the acquisition) was sent.
-    renewed_at: Mutex<Instant>,
-    /// A renewal found the partition owned by a later epoch.
-    lost: AtomicBool,
-    stop: tokio::sync::Notify,
-    /// Test hook: a frozen node (no renewals).
-    paused: AtomicBool,
-}
-
-impl Lease {
-    fn ttl_ms(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    /// `Fenced` once the lease is lost or, on this node's monotonic clock, about to expire.
-    fn check(&self) -> StoreResult<()> {
-        if self.lost.load(Ordering::SeqCst) {
-            return Err(self.fenced("a renewal found it taken over"));
-        }
-        let age = self.renewed_at.lock().unwrap().elapsed();
-        if age + self.ttl / 5 >= self.ttl {
-            return Err(self.fenced(&format!(
-                "its last renewal was {} ms ago, the lease lasts {} ms",
-                age.as_millis(),
-                self.ttl.as_millis()
-            )));
-        }
-        Ok(())
-    }
-
-    fn fenced(&self, why: &str) -> StoreError {
-        StoreError::Fenced(format!(
-            "node {} no longer holds partition {} at epoch {}: {why}",
-            self.node, self.part, self.epoch
-        ))
-    }
-
-    async fn renew(&self) -> Result<u64, StoreError> {
-        let client = self.pool.get().await.map_err(pool_err)?;
-        let n = client
-            .execute(
-                &self.renew_sql,
-                &[&self.part, &self.node, &self.epoch, &self.ttl_ms()],
-            )
-            .await
-            .map_err(err)?;
-        client
-            .execute(&self.heartbeat_sql, &[&self.node])
-            .await
-            .map_err(err)?;
-        Ok(n)
-    }
-
-    async fn renew_loop(self: Arc<Lease>, every: Duration) {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = self.stop.notified() => return,
-            }
-            if self.paused.load(Ordering::SeqCst) {
-                continue;
-            }
-            let sent = Instant::now();
-            match tokio::time::timeout(self.ttl, self.renew()).await {
-                Ok(Ok(1)) => {
-                    let mut at = self.renewed_at.lock().unwrap();
-                    *at = (*at).max(sent);
-                }
-                Ok(Ok(_)) => {
-                    self.lost.store(true, Ordering::SeqCst);
-                    tracing::error!(part = self.part, epoch = self.epoch, node = %self.node,
-                        "lost the partition's lease to another node; refusing writes");
-                    return;
-                }
-                Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
-                Err(_) => tracing::warn!("lease renewal timed out"),
-            }
-        }
     }
 }
 
@@ -225,6 +154,9 @@ struct Shared {
     sql: Sql,
     lease: Arc<Lease>,
     overlay: RwLock<Overlay>,
+    /// Committed records (see `postgres_cache.rs`): filled and changed only under the
+    /// overlay's lock, read after the overlay.
+    cache: ReadCache,
     /// Held across a whole sync, so that syncs commit batches in order.
     sync_lock: Mutex<()>,
     /// Why the store refuses writes: fenced, or a sync failed and its outcome is unknown.
@@ -235,6 +167,7 @@ struct Shared {
 
 pub struct PostgresStore {
     shared: Arc<Shared>,
+    cluster: Arc<PgClusterView>,
 }
 
 fn copy_err(e: &StoreError) -> StoreError {
@@ -331,7 +264,12 @@ impl Shared {
             return Err(e);
         }
         let mut o = self.overlay.write().unwrap();
-        for ((space, key), _) in net {
+        for ((space, key), value) in net {
+            let sp = Space::ALL[space as usize];
+            match value {
+                Some(v) => self.cache.put(sp, key, Some(v.clone())),
+                None => self.cache.forget(sp, key),
+            }
             let map = &mut o.spaces[space as usize];
             if map.get(key).is_some_and(|(seq, _)| *seq <= upto) {
                 if let Some((_, v)) = map.remove(key) {
@@ -351,9 +289,13 @@ impl Shared {
         mut lo: Bound<Vec<u8>>,
         mut hi: Bound<Vec<u8>>,
         reverse: bool,
+        first_page: i64,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> StoreResult<()> {
         let sp = space.index() as i16;
+        let mut rows_wanted = first_page.clamp(1, MAX_PAGE_ROWS);
+        // The event log is read once, in order, and would only push records out.
+        let fill = space != Space::Event;
         loop {
             let mut sql = self.sql.kv.clone();
             let mut params: Vec<Vec<u8>> = Vec::new();
@@ -377,16 +319,24 @@ impl Shared {
                 let client = self.pool.get().await.map_err(pool_err)?;
                 let st = client.prepare_cached(&sql).await.map_err(err)?;
                 let mut p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                    vec![&self.lease.part, &sp, &PAGE_ROWS];
+                    vec![&self.lease.part, &sp, &rows_wanted];
                 for k in &params {
                     p.push(k);
                 }
                 client.query(&st, &p).await.map_err(err)
             })?;
-            let full = rows.len() as i64 == PAGE_ROWS;
-            let mut page: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            let full = rows.len() as i64 == rows_wanted;
+            rows_wanted = (rows_wanted * PAGE_GROWTH).min(MAX_PAGE_ROWS);
+            // Values as `Bytes`, shared with the cache and the overlay rather than copied.
+            let mut page: BTreeMap<Vec<u8>, Bytes> = BTreeMap::new();
             for row in &rows {
-                page.insert(row.get(0), row.get(1));
+                let (k, v): (Vec<u8>, Vec<u8>) = (row.get(0), row.get(1));
+                let v = Bytes::from(v);
+                if fill {
+                    // Committed values, read under the overlay's lock (see `get`).
+                    self.cache.put(space, &k, Some(v.clone()));
+                }
+                page.insert(k, v);
             }
             // The page covers the range up to its last key when full, else the rest.
             let last = rows.last().map(|r| r.get::<_, Vec<u8>>(0));
@@ -399,7 +349,7 @@ impl Shared {
                 let range = (as_ref(&plo), as_ref(&phi));
                 for (k, (_, v)) in guard.spaces[space.index()].range::<[u8], _>(range) {
                     match v {
-                        Some(v) => page.insert(k.clone(), v.to_vec()),
+                        Some(v) => page.insert(k.clone(), v.clone()),
                         None => page.remove(k),
                     };
                 }
@@ -511,7 +461,9 @@ impl PostgresStore {
                 &s,
                 part,
                 &opts.node,
+                opts.addr.as_deref(),
                 opts.lease_ttl,
+                opts.renew_every,
                 opts.acquire_wait,
             )
             .await
@@ -526,6 +478,7 @@ impl PostgresStore {
             heartbeat_sql: heartbeat_sql(&s),
             part,
             node: opts.node.clone(),
+            addr: opts.addr.clone(),
             epoch,
             ttl: opts.lease_ttl,
             renewed_at: Mutex::new(renewed_at),
@@ -557,13 +510,22 @@ impl PostgresStore {
             ),
             kv: format!("SELECT key, value FROM {s}.ojs_kv WHERE part = $1 AND space = $2"),
         };
+        let cluster = Arc::new(PgClusterView::new(
+            pool.clone(),
+            rt.handle().clone(),
+            &s,
+            &opts.node,
+            opts.lease_ttl,
+        ));
         Ok(PostgresStore {
+            cluster,
             shared: Arc::new(Shared {
                 rt: Some(rt),
                 pool,
                 sql,
                 lease,
                 overlay: RwLock::new(Overlay::default()),
+                cache: ReadCache::new(opts.read_cache_bytes),
                 sync_lock: Mutex::new(()),
                 failed: Mutex::new(None),
                 clock_check: AtomicBool::new(true),
@@ -670,6 +632,9 @@ impl Store for PostgresStore {
         if let Some((_, v)) = guard.spaces[space.index()].get(key) {
             return Ok(v.as_ref().map(|v| v.to_vec()));
         }
+        if let Some(v) = sh.cache.get(space, key) {
+            return Ok(v.map(|v| v.to_vec()));
+        }
         let sp = space.index() as i16;
         let row = sh.block_on(async {
             let client = sh.pool.get().await.map_err(pool_err)?;
@@ -679,13 +644,24 @@ impl Store for PostgresStore {
                 .await
                 .map_err(err)
         })?;
+        let value: Option<Vec<u8>> = row.map(|r| r.get(0));
+        // Still under the overlay's read lock: no sync can have put a newer value in the
+        // cache since the query (see `postgres_cache.rs`).
+        sh.cache
+            .put(space, key, value.as_deref().map(Bytes::copy_from_slice));
         drop(guard);
-        Ok(row.map(|r| r.get(0)))
+        Ok(value)
     }
 
     fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()> {
-        self.shared
-            .range(space, Bound::Unbounded, Bound::Unbounded, false, f)
+        self.shared.range(
+            space,
+            Bound::Unbounded,
+            Bound::Unbounded,
+            false,
+            MAX_PAGE_ROWS,
+            f,
+        )
     }
 
     fn scan_from(
@@ -695,14 +671,15 @@ impl Store for PostgresStore {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> StoreResult<()> {
         let lo = Bound::Included(from.to_vec());
-        self.shared.range(space, lo, Bound::Unbounded, false, f)
+        self.shared
+            .range(space, lo, Bound::Unbounded, false, PAGE_ROWS, f)
     }
 
     fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
         let mut found = None;
         let hi = Bound::Included(key.to_vec());
         self.shared
-            .range(space, Bound::Unbounded, hi, true, &mut |k, _| {
+            .range(space, Bound::Unbounded, hi, true, 1, &mut |k, _| {
                 found = Some(k.to_vec());
                 false
             })?;
@@ -714,7 +691,7 @@ impl Store for PostgresStore {
         for (i, reverse) in [false, true].into_iter().enumerate() {
             let u = Bound::Unbounded;
             self.shared
-                .range(space, u.clone(), u, reverse, &mut |k, _| {
+                .range(space, u.clone(), u, reverse, 1, &mut |k, _| {
                     ends[i] = Some(k.to_vec());
                     false
                 })?;
@@ -737,6 +714,10 @@ impl Store for PostgresStore {
 
     fn name(&self) -> &'static str {
         super::StoreKind::Postgres.name()
+    }
+
+    fn cluster_view(&self) -> Option<Arc<dyn ClusterView>> {
+        Some(self.cluster.clone())
     }
 }
 

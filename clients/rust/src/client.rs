@@ -244,6 +244,11 @@ impl Client {
         bulk_json(self.command("INFO")?)
     }
 
+    /// The cluster's nodes and the partitions each holds (`CLUSTER`).
+    pub fn cluster(&mut self) -> Result<Value> {
+        bulk_json(self.command("CLUSTER")?)
+    }
+
     pub fn pause_queues(&mut self, queues: &[&str]) -> Result<()> {
         self.queue_op("PAUSE", queues)
     }
