@@ -218,3 +218,50 @@ fn error_history_entries_carry_code_and_occurred_at() {
         assert_eq!(e["occurred_at"], e["timestamp"]);
     }
 }
+
+/// PROTOCOL.md §14 reading 11: `scheduled_at`/`expires_at` as `+` and an ISO 8601 duration
+/// (the conformance suite's `"+PT5S"`) mean that long from now, stored as an absolute
+/// RFC 3339 time; a `+` with no valid duration is refused.
+#[test]
+fn relative_times_resolve_against_now() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let before = chrono::Utc::now();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "delay.test", "args": [],
+            "options": {"queue": "rel", "scheduled_at": "+PT5S", "expires_at": "+PT1H"}}),
+    );
+    let after = chrono::Utc::now();
+    assert_eq!(status, 201, "{body}");
+    let job = &body["job"];
+    assert_eq!(job["state"], "scheduled", "{job}");
+    let at = |k: &str| {
+        chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{k} is not RFC 3339: {job} ({e})"))
+    };
+    let five = chrono::Duration::seconds(5);
+    assert!(at("scheduled_at") >= before + five && at("scheduled_at") <= after + five);
+    let hour = chrono::Duration::hours(1);
+    assert!(at("expires_at") >= before + hour && at("expires_at") <= after + hour);
+    assert!(fetch(&a, "rel", "w1").is_null(), "not before its time");
+    // The top-level envelope form too, and TCP's PUSH shares the validator.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "delay.test", "args": [], "queue": "rel", "scheduled_at": "+PT0.5S"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(body["job"]["scheduled_at"]
+        .as_str()
+        .is_some_and(|s| !s.starts_with('+')));
+    for bad in ["+", "+5S", "+PT", "PT5S", "+-PT5S"] {
+        let (status, body) = post(
+            &a,
+            "/ojs/v1/jobs",
+            json!({"type": "delay.test", "args": [], "options": {"scheduled_at": bad}}),
+        );
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
