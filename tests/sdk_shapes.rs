@@ -265,3 +265,42 @@ fn relative_times_resolve_against_now() {
         assert_eq!(status, 400, "{bad}: {body}");
     }
 }
+
+/// Reading 12: the cron registration and read replies carry the conformance suite's
+/// `cron` beside the binding's `cron_job` (the same object), and the list its `crons`
+/// beside `cron_jobs`.
+#[test]
+fn cron_replies_carry_cron_beside_cron_job() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/cron",
+        json!({"name": "conf-register", "expression": "*/5 * * * *",
+            "job_template": {"type": "cron.test.register", "args": [{"a": 1}],
+                "options": {"queue": "cron-test"}}}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["cron"], body["cron_job"], "{body}");
+    let cron = &body["cron"];
+    assert_eq!(cron["name"], "conf-register");
+    assert_eq!(cron["expression"], "*/5 * * * *");
+    assert_eq!(cron["enabled"], true);
+    for k in ["next_run_at", "created_at"] {
+        assert!(
+            cron[k].as_str().is_some_and(|s| s.contains('T')),
+            "{k}: {cron}"
+        );
+    }
+    let r = common::http::send(&a, "GET", "/ojs/v1/cron/conf-register", "");
+    let got = r.json();
+    assert_eq!(
+        (r.status, &got["cron"]["name"]),
+        (200, &json!("conf-register"))
+    );
+    assert_eq!(got["cron"], got["cron_job"]);
+    let r = common::http::send(&a, "GET", "/ojs/v1/cron", "");
+    let list = r.json();
+    assert_eq!(list["crons"], list["cron_jobs"], "{list}");
+    assert_eq!(list["crons"][0]["name"], "conf-register");
+}
