@@ -304,3 +304,62 @@ fn cron_replies_carry_cron_beside_cron_job() {
     assert_eq!(list["crons"], list["cron_jobs"], "{list}");
     assert_eq!(list["crons"][0]["name"], "conf-register");
 }
+
+/// Reading 13: over HTTP a workflow is `running` from its creation (its first jobs are
+/// enqueued: ojs-workflows §8's "running" and its examples, the binding's §14 example),
+/// and carries the suite's `steps_total`/`steps_completed` (chains) and
+/// `jobs_total`/`jobs_completed` (groups, batches) beside `metadata`.
+#[test]
+fn workflows_run_from_creation_and_count_their_steps() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let step = |t: &str| json!({"type": t, "args": [], "options": {"queue": "wf-chain"}});
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workflows",
+        json!({"type": "chain", "name": "c", "steps": [step("c.zero"), step("c.one")]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let wf = &body["workflow"];
+    assert_eq!(
+        (&wf["state"], &wf["steps_total"], &wf["steps_completed"]),
+        (&json!("running"), &json!(2), &json!(0)),
+        "{wf}"
+    );
+    let id = wf["id"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        let job = fetch(&a, "wf-chain", "w1");
+        let (status, ack) = post(
+            &a,
+            "/ojs/v1/workers/ack",
+            json!({"job_id": job["id"], "worker_id": "w1"}),
+        );
+        assert_eq!(status, 200, "{ack}");
+    }
+    let r = common::http::send(&a, "GET", &format!("/ojs/v1/workflows/{id}"), "");
+    let wf = &r.json()["workflow"];
+    assert_eq!(
+        (&wf["state"], &wf["steps_total"], &wf["steps_completed"]),
+        (&json!("completed"), &json!(2), &json!(2)),
+        "{wf}"
+    );
+
+    let job = |t: &str| json!({"type": t, "args": [], "options": {"queue": "wf-group"}});
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workflows",
+        json!({"type": "group", "name": "g", "jobs": [job("g.a"), job("g.b"), job("g.c")]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let wf = &body["workflow"];
+    assert_eq!(
+        (&wf["state"], &wf["jobs_total"], &wf["jobs_completed"]),
+        (&json!("running"), &json!(3), &json!(0)),
+        "{wf}"
+    );
+    // TCP keeps ojs-workflows' finer view: pending until a job is fetched (§12.4).
+    let mut c = srv.client();
+    let id = wf["id"].as_str().unwrap();
+    let tcp = common::call_json(&mut c, &format!("WORKFLOW GET {id}"));
+    assert_eq!(tcp["state"], "pending", "{tcp}");
+}
