@@ -363,3 +363,52 @@ fn workflows_run_from_creation_and_count_their_steps() {
     let tcp = common::call_json(&mut c, &format!("WORKFLOW GET {id}"));
     assert_eq!(tcp["state"], "pending", "{tcp}");
 }
+
+/// Reading 14: ACK and NACK replies carry the job as the change left it in `job` (what
+/// the conformance suite reads, `$.job.state`) beside the binding's flat fields.
+#[test]
+fn ack_and_nack_replies_carry_the_job() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    for _ in 0..2 {
+        post(
+            &a,
+            "/ojs/v1/jobs",
+            json!({"type": "x.y", "args": [1], "options": {"queue": "aj"}}),
+        );
+    }
+    let job = fetch(&a, "aj", "w1");
+    let (status, ack) = post(
+        &a,
+        "/ojs/v1/workers/ack",
+        json!({"job_id": job["id"], "worker_id": "w1", "result": {"ok": true}}),
+    );
+    assert_eq!(status, 200, "{ack}");
+    assert_eq!(ack["state"], "completed");
+    assert_eq!(
+        (
+            &ack["job"]["id"],
+            &ack["job"]["state"],
+            &ack["job"]["result"]
+        ),
+        (&job["id"], &json!("completed"), &json!({"ok": true})),
+        "{ack}"
+    );
+    let job = fetch(&a, "aj", "w1");
+    let (status, nack) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": job["id"], "worker_id": "w1",
+            "error": {"code": "handler_error", "message": "boom"}}),
+    );
+    assert_eq!(status, 200, "{nack}");
+    assert_eq!(
+        (
+            &nack["job"]["id"],
+            &nack["job"]["state"],
+            &nack["job"]["attempt"]
+        ),
+        (&job["id"], &nack["state"], &json!(1)),
+        "{nack}"
+    );
+}
