@@ -218,3 +218,197 @@ fn error_history_entries_carry_code_and_occurred_at() {
         assert_eq!(e["occurred_at"], e["timestamp"]);
     }
 }
+
+/// PROTOCOL.md §14 reading 11: `scheduled_at`/`expires_at` as `+` and an ISO 8601 duration
+/// (the conformance suite's `"+PT5S"`) mean that long from now, stored as an absolute
+/// RFC 3339 time; a `+` with no valid duration is refused.
+#[test]
+fn relative_times_resolve_against_now() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let before = chrono::Utc::now();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "delay.test", "args": [],
+            "options": {"queue": "rel", "scheduled_at": "+PT5S", "expires_at": "+PT1H"}}),
+    );
+    let after = chrono::Utc::now();
+    assert_eq!(status, 201, "{body}");
+    let job = &body["job"];
+    assert_eq!(job["state"], "scheduled", "{job}");
+    let at = |k: &str| {
+        chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{k} is not RFC 3339: {job} ({e})"))
+    };
+    let five = chrono::Duration::seconds(5);
+    assert!(at("scheduled_at") >= before + five && at("scheduled_at") <= after + five);
+    let hour = chrono::Duration::hours(1);
+    assert!(at("expires_at") >= before + hour && at("expires_at") <= after + hour);
+    assert!(fetch(&a, "rel", "w1").is_null(), "not before its time");
+    // The top-level envelope form too, and TCP's PUSH shares the validator.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "delay.test", "args": [], "queue": "rel", "scheduled_at": "+PT0.5S"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(body["job"]["scheduled_at"]
+        .as_str()
+        .is_some_and(|s| !s.starts_with('+')));
+    for bad in ["+", "+5S", "+PT", "PT5S", "+-PT5S"] {
+        let (status, body) = post(
+            &a,
+            "/ojs/v1/jobs",
+            json!({"type": "delay.test", "args": [], "options": {"scheduled_at": bad}}),
+        );
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
+
+/// Reading 12: the cron registration and read replies carry the conformance suite's
+/// `cron` beside the binding's `cron_job` (the same object), and the list its `crons`
+/// beside `cron_jobs`.
+#[test]
+fn cron_replies_carry_cron_beside_cron_job() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/cron",
+        json!({"name": "conf-register", "expression": "*/5 * * * *",
+            "job_template": {"type": "cron.test.register", "args": [{"a": 1}],
+                "options": {"queue": "cron-test"}}}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["cron"], body["cron_job"], "{body}");
+    let cron = &body["cron"];
+    assert_eq!(cron["name"], "conf-register");
+    assert_eq!(cron["expression"], "*/5 * * * *");
+    assert_eq!(cron["enabled"], true);
+    for k in ["next_run_at", "created_at"] {
+        assert!(
+            cron[k].as_str().is_some_and(|s| s.contains('T')),
+            "{k}: {cron}"
+        );
+    }
+    let r = common::http::send(&a, "GET", "/ojs/v1/cron/conf-register", "");
+    let got = r.json();
+    assert_eq!(
+        (r.status, &got["cron"]["name"]),
+        (200, &json!("conf-register"))
+    );
+    assert_eq!(got["cron"], got["cron_job"]);
+    let r = common::http::send(&a, "GET", "/ojs/v1/cron", "");
+    let list = r.json();
+    assert_eq!(list["crons"], list["cron_jobs"], "{list}");
+    assert_eq!(list["crons"][0]["name"], "conf-register");
+}
+
+/// Reading 13: over HTTP a workflow is `running` from its creation (its first jobs are
+/// enqueued: ojs-workflows §8's "running" and its examples, the binding's §14 example),
+/// and carries the suite's `steps_total`/`steps_completed` (chains) and
+/// `jobs_total`/`jobs_completed` (groups, batches) beside `metadata`.
+#[test]
+fn workflows_run_from_creation_and_count_their_steps() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let step = |t: &str| json!({"type": t, "args": [], "options": {"queue": "wf-chain"}});
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workflows",
+        json!({"type": "chain", "name": "c", "steps": [step("c.zero"), step("c.one")]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let wf = &body["workflow"];
+    assert_eq!(
+        (&wf["state"], &wf["steps_total"], &wf["steps_completed"]),
+        (&json!("running"), &json!(2), &json!(0)),
+        "{wf}"
+    );
+    let id = wf["id"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        let job = fetch(&a, "wf-chain", "w1");
+        let (status, ack) = post(
+            &a,
+            "/ojs/v1/workers/ack",
+            json!({"job_id": job["id"], "worker_id": "w1"}),
+        );
+        assert_eq!(status, 200, "{ack}");
+    }
+    let r = common::http::send(&a, "GET", &format!("/ojs/v1/workflows/{id}"), "");
+    let wf = &r.json()["workflow"];
+    assert_eq!(
+        (&wf["state"], &wf["steps_total"], &wf["steps_completed"]),
+        (&json!("completed"), &json!(2), &json!(2)),
+        "{wf}"
+    );
+
+    let job = |t: &str| json!({"type": t, "args": [], "options": {"queue": "wf-group"}});
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workflows",
+        json!({"type": "group", "name": "g", "jobs": [job("g.a"), job("g.b"), job("g.c")]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let wf = &body["workflow"];
+    assert_eq!(
+        (&wf["state"], &wf["jobs_total"], &wf["jobs_completed"]),
+        (&json!("running"), &json!(3), &json!(0)),
+        "{wf}"
+    );
+    // TCP keeps ojs-workflows' finer view: pending until a job is fetched (§12.4).
+    let mut c = srv.client();
+    let id = wf["id"].as_str().unwrap();
+    let tcp = common::call_json(&mut c, &format!("WORKFLOW GET {id}"));
+    assert_eq!(tcp["state"], "pending", "{tcp}");
+}
+
+/// Reading 14: ACK and NACK replies carry the job as the change left it in `job` (what
+/// the conformance suite reads, `$.job.state`) beside the binding's flat fields.
+#[test]
+fn ack_and_nack_replies_carry_the_job() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    for _ in 0..2 {
+        post(
+            &a,
+            "/ojs/v1/jobs",
+            json!({"type": "x.y", "args": [1], "options": {"queue": "aj"}}),
+        );
+    }
+    let job = fetch(&a, "aj", "w1");
+    let (status, ack) = post(
+        &a,
+        "/ojs/v1/workers/ack",
+        json!({"job_id": job["id"], "worker_id": "w1", "result": {"ok": true}}),
+    );
+    assert_eq!(status, 200, "{ack}");
+    assert_eq!(ack["state"], "completed");
+    assert_eq!(
+        (
+            &ack["job"]["id"],
+            &ack["job"]["state"],
+            &ack["job"]["result"]
+        ),
+        (&job["id"], &json!("completed"), &json!({"ok": true})),
+        "{ack}"
+    );
+    let job = fetch(&a, "aj", "w1");
+    let (status, nack) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": job["id"], "worker_id": "w1",
+            "error": {"code": "handler_error", "message": "boom"}}),
+    );
+    assert_eq!(status, 200, "{nack}");
+    assert_eq!(
+        (
+            &nack["job"]["id"],
+            &nack["job"]["state"],
+            &nack["job"]["attempt"]
+        ),
+        (&job["id"], &nack["state"], &json!(1)),
+        "{nack}"
+    );
+}

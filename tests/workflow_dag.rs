@@ -68,7 +68,8 @@ fn the_binding_example_is_accepted_and_answered_in_its_shape() {
     assert!(headers.contains(&("location".into(), format!("/ojs/v1/workflows/{id}"))));
     assert_eq!(
         pick(wf, &["name", "state"]),
-        json!(["onboarding-pipeline", "pending"])
+        json!(["onboarding-pipeline", "running"]),
+        "the binding's example: running from creation over HTTP (PROTOCOL.md §14 reading 13)"
     );
     assert!(wf["created_at"].is_string());
     for s in ["send-welcome", "create-profile"] {

@@ -8,6 +8,10 @@
 //! | `PATCH /ojs/v1/cron/{name}` `{"enabled": bool}` | `{"cron_job"}` |
 //! | `DELETE /ojs/v1/cron/{name}` | `{"deleted": true, "name"}` |
 //!
+//! Beside the binding's keys each answer carries the conformance suite's (PROTOCOL.md §14
+//! reading 12): `cron` beside `cron_job`, `crons` beside `cron_jobs`, and in every entry
+//! `expression` beside `cron`.
+//!
 //! Each is one engine command (`CRON ...`), so the TCP and HTTP views never differ.
 
 use super::error::ApiError;
@@ -40,6 +44,22 @@ async fn one(st: &AppState, cmd: CronCmd) -> Result<(CronJob, bool), ApiError> {
 
 fn ok(status: StatusCode, v: &impl serde::Serialize) -> Response {
     json_response(status, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// An entry with the conformance suite's `expression` beside the binding's `cron`.
+fn with_expression(entry: &mut Value) {
+    if let Some(m) = entry.as_object_mut() {
+        if let Some(expr) = m.get("cron").cloned() {
+            m.entry("expression").or_insert(expr);
+        }
+    }
+}
+
+/// `{"cron_job": <entry>, "cron": <entry>}`: the binding's key and the suite's.
+fn entry_body(c: &CronJob) -> Value {
+    let mut entry = c.cron_job.clone();
+    with_expression(&mut entry);
+    json!({"cron_job": entry.clone(), "cron": entry})
 }
 
 fn body_object(body: &Bytes) -> Result<Value, ApiError> {
@@ -76,6 +96,10 @@ pub async fn list(
     match call(&st, cmd).await? {
         Answer::CronPage(page) => {
             let mut v = serde_json::to_value(&page).unwrap_or_default();
+            if let Some(entries) = v["cron_jobs"].as_array_mut() {
+                entries.iter_mut().for_each(with_expression);
+            }
+            v["crons"] = v["cron_jobs"].clone();
             let p = &page.pagination;
             v["pagination"] = super::page::pagination(p.total, req, page.cron_jobs.len());
             Ok(ok(StatusCode::OK, &v))
@@ -92,14 +116,17 @@ pub async fn register(State(st): State<AppState>, body: Bytes) -> Result<Respons
     } else {
         StatusCode::OK
     };
-    Ok(ok(status, &v))
+    Ok(ok(status, &entry_body(&v)))
 }
 
 pub async fn get_one(
     State(st): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(ok(StatusCode::OK, &one(&st, CronCmd::Get(name)).await?.0))
+    Ok(ok(
+        StatusCode::OK,
+        &entry_body(&one(&st, CronCmd::Get(name)).await?.0),
+    ))
 }
 
 pub async fn patch(
@@ -120,7 +147,7 @@ pub async fn patch(
     } else {
         CronCmd::Disable(name)
     };
-    Ok(ok(StatusCode::OK, &one(&st, cmd).await?.0))
+    Ok(ok(StatusCode::OK, &entry_body(&one(&st, cmd).await?.0)))
 }
 
 pub async fn delete(

@@ -9,8 +9,8 @@
 //! | `DELETE /ojs/v1/jobs/{id}` | CANCEL | `200 {"job"}`; `409` once terminal (the binding) |
 //! | `POST /ojs/v1/jobs/{id}/activate` | ACTIVATE | `200 {"job"}` |
 //! | `POST /ojs/v1/workers/fetch` | FETCH (waits up to `wait_ms`, at most `--fetch-wait-ms`) | `200 {"jobs": [...]}` |
-//! | `POST /ojs/v1/workers/ack` | ACK | `200 {"acknowledged", "job_id", "state", "completed_at"}` |
-//! | `POST /ojs/v1/workers/nack` | FAIL | `200 {"job_id", "state", "attempt", "max_attempts", "next_attempt_at"/"discarded_at", "retry_delay_ms"}` |
+//! | `POST /ojs/v1/workers/ack` | ACK | `200 {"acknowledged", "job_id", "id", "state", "completed_at", "job"}` |
+//! | `POST /ojs/v1/workers/nack` | FAIL | `200 {"job_id", "id", "state", "attempt", "max_attempts", "next_attempt_at"/"discarded_at", "retry_delay_ms", "job"}` |
 //! | `POST /ojs/v1/workers/heartbeat` | BEAT | `200 {"state", "jobs_extended", "server_time"}` |
 //!
 //! A request may send the binding's shape (`options.queue`, `timeout_ms`, `retry.*_ms`,
@@ -303,6 +303,16 @@ pub(super) async fn fetch(
     Ok(json_response(StatusCode::OK, body))
 }
 
+/// A job's envelope as a JSON value (for a reply that carries it beside other fields).
+fn envelope_of(view: &JobView) -> Result<Value, ApiError> {
+    serde_json::from_slice(view.json()).map_err(|e| {
+        ApiError::from(OjsError::new(
+            ErrorCode::BackendError,
+            format!("job envelope: {e}"),
+        ))
+    })
+}
+
 /// The worker an ACK or NACK speaks for: the request's `worker_id`, or none. The engine
 /// checks it against the job's holder as for every front end: a request without
 /// `worker_id` settles only a job no worker holds by name (PROTOCOL.md §5.2), so it cannot
@@ -321,12 +331,12 @@ pub(super) async fn ack(AxState(st): AxState<AppState>, body: Bytes) -> Result<R
         result,
         handed_out: false,
     };
-    let job = changed(&st, wid, &id, cmd, "an active job to acknowledge")
-        .await?
-        .job()?;
-    // `id` beside `job_id`: the conformance suite reads `$.id`.
+    let view = changed(&st, wid, &id, cmd, "an active job to acknowledge").await?;
+    let job = view.job()?;
+    // `id` beside `job_id`: the conformance suite reads `$.id`; and `job`, the envelope as
+    // the ACK left it: it reads `$.job.state` (PROTOCOL.md §14 reading 14).
     let body = json!({"acknowledged": true, "job_id": id, "id": id, "state": job.state.as_str(),
-        "completed_at": job.completed_at.map(crate::job::format_ts)});
+        "completed_at": job.completed_at.map(crate::job::format_ts), "job": envelope_of(&view)?});
     Ok(json_response(
         StatusCode::OK,
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -372,11 +382,11 @@ pub(super) async fn nack(
         handed_out: false,
         requeue,
     };
-    let job = changed(&st, wid, &id, cmd, "an active job to fail")
-        .await?
-        .job()?;
+    let view = changed(&st, wid, &id, cmd, "an active job to fail").await?;
+    let job = view.job()?;
     let mut out = json!({"job_id": id, "id": id, "state": job.state.as_str(),
-        "attempt": job.attempt, "max_attempts": job.retry.max_attempts});
+        "attempt": job.attempt, "max_attempts": job.retry.max_attempts,
+        "job": envelope_of(&view)?});
     // The delay is measured from the failure's own time (the engine's clock), not from
     // when this reply is written; a requeued job is due at once.
     let failed_at = job

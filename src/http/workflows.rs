@@ -31,6 +31,8 @@ use serde_json::{json, Map, Value};
 fn wrapped(status: StatusCode, wf: &WorkflowView) -> Response {
     let mut doc = wf.doc.clone();
     binding_states(&mut doc);
+    running_from_creation(&mut doc);
+    counts(&mut doc);
     json_response(
         status,
         serde_json::to_vec(&json!({ "workflow": doc })).unwrap_or_default(),
@@ -54,6 +56,36 @@ fn binding_states(doc: &mut Value) {
             _ => continue,
         };
         step["state"] = shown;
+    }
+}
+
+/// Over HTTP a workflow is `running` from its creation (PROTOCOL.md §14 reading 13):
+/// ojs-workflows §8 defines `running` as "at least one job is active or pending (enqueued,
+/// awaiting a worker)", which its first jobs are as soon as it is created, and its examples
+/// and the binding's (§14.1) answer a creation with `running`; the conformance suite reads
+/// that too. TCP keeps the finer `pending` until the first FETCH (§12.4); the
+/// `workflow.started` event and `metadata.started_at` still mark that FETCH.
+fn running_from_creation(doc: &mut Value) {
+    if doc["state"] == "pending" {
+        doc["state"] = json!("running");
+    }
+}
+
+/// The conformance suite's counters beside `metadata` (reading 13): `steps_total` and
+/// `steps_completed` over a chain's (or DAG's) top-level steps, `jobs_total` and
+/// `jobs_completed` over a group's or batch's jobs (callbacks are not counted).
+fn counts(doc: &mut Value) {
+    for (list, total, done) in [
+        ("steps", "steps_total", "steps_completed"),
+        ("jobs", "jobs_total", "jobs_completed"),
+    ] {
+        let Some(items) = doc.get(list).and_then(Value::as_array) else {
+            continue;
+        };
+        let completed = items.iter().filter(|i| i["state"] == "completed").count();
+        let n = items.len();
+        doc[total] = json!(n);
+        doc[done] = json!(completed);
     }
 }
 

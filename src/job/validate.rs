@@ -153,14 +153,34 @@ fn is_lowercase_uuid_v7(s: &str) -> bool {
     })
 }
 
-/// An RFC 3339 timestamp with a time zone, kept as the client wrote it.
-fn take_timestamp(map: &mut Map<String, Value>, key: &str) -> Result<Option<String>, OjsError> {
-    let must_be = r#"an RFC 3339 timestamp with a time zone, no later than 9999-12-31T23:59:59Z, e.g. "2026-03-15T09:30:00Z""#;
+/// An RFC 3339 timestamp with a time zone, kept as the client wrote it; or a time relative
+/// to `now`, `+` and an ISO 8601 duration (`"+PT5S"`: five seconds from now, what the
+/// conformance suite sends), stored as the absolute RFC 3339 time it names (PROTOCOL.md
+/// §14 reading 11).
+fn take_timestamp(
+    map: &mut Map<String, Value>,
+    key: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<String>, OjsError> {
+    let must_be = r#"an RFC 3339 timestamp with a time zone, no later than 9999-12-31T23:59:59Z, e.g. "2026-03-15T09:30:00Z", or "+" and an ISO 8601 duration from now, e.g. "+PT5S""#;
     take(map, key, ErrorCode::InvalidPayload, must_be, |v| {
-        string(v).filter(|s| {
+        let s = string(v)?;
+        match s.strip_prefix('+') {
+            Some(rel) => relative_ts(rel, now),
+            None => Some(s),
+        }
+        .filter(|s| {
             super::parse_ts(s).is_some_and(|t| crate::time::check_timestamp(key, t).is_ok())
         })
     })
+}
+
+/// `now` plus an ISO 8601 duration, written as RFC 3339; `None` for a duration that does
+/// not parse or leaves the calendar.
+fn relative_ts(duration: &str, now: DateTime<Utc>) -> Option<String> {
+    let d = super::duration::parse_duration(duration).ok()?;
+    let d = chrono::Duration::from_std(d).ok()?;
+    Some(super::format_ts(now.checked_add_signed(d)?))
 }
 
 /// Validate one client job (`value`, `encoded_len` bytes on the wire) and build the
@@ -219,8 +239,8 @@ pub fn parse_new_job(
     let timeout = take(m, "timeout", InvalidPayload, &seconds, |v| {
         v.as_u64().filter(|t| *t <= crate::time::MAX_TIMEOUT_SECS)
     })?;
-    let scheduled_at = take_timestamp(m, "scheduled_at")?;
-    let expires_at = take_timestamp(m, "expires_at")?;
+    let scheduled_at = take_timestamp(m, "scheduled_at", now)?;
+    let expires_at = take_timestamp(m, "expires_at", now)?;
     let retry = RetryPolicy::from_json(m.shift_remove("retry").as_ref())?;
     let unique = take(m, "unique", InvalidPayload, "a JSON object", object)?.map(Value::Object);
     if let Some(u) = &unique {
