@@ -22,6 +22,15 @@ pub struct Conn {
     pub json: bool,
 }
 
+/// One page of a listing.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct Page {
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    #[arg(long, default_value_t = 0)]
+    pub offset: usize,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Enqueue one job.
@@ -40,10 +49,8 @@ pub enum Command {
         /// discarded.
         #[arg(long)]
         state: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        #[arg(long, default_value_t = 0)]
-        offset: usize,
+        #[command(flatten)]
+        page: Page,
         #[command(flatten)]
         conn: Conn,
     },
@@ -259,10 +266,8 @@ pub enum WorkflowAction {
         /// running, completed, failed or cancelled.
         #[arg(long)]
         state: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        #[arg(long, default_value_t = 0)]
-        offset: usize,
+        #[command(flatten)]
+        page: Page,
     },
     /// A workflow with every step's state.
     Get { id: String },

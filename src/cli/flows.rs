@@ -2,19 +2,13 @@
 //! envelope: `ojsd jobs`, `ojsd cancel`, `ojsd cron ...`, `ojsd workflow ...`.
 
 use super::table::Table;
-use super::{connect, done, json_arg, print_json, s, Conn, CronAction, Res, WorkflowAction};
+use super::{connect, done, json_arg, print_json, s, Conn, CronAction, Page, Res, WorkflowAction};
 use serde_json::{json, Value};
 
 /// `ojsd jobs`: JOBS with a queue and/or state, as a table.
-pub(super) fn jobs(
-    conn: &Conn,
-    queue: Option<String>,
-    state: Option<String>,
-    limit: usize,
-    offset: usize,
-) -> Res {
+pub(super) fn jobs(conn: &Conn, queue: Option<String>, state: Option<String>, page: Page) -> Res {
     let mut c = connect(conn)?;
-    let mut q = json!({"limit": limit, "offset": offset});
+    let mut q = json!({"limit": page.limit, "offset": page.offset});
     if let Some(name) = queue {
         q["queue"] = json!(name);
     }
@@ -173,12 +167,8 @@ pub(super) fn workflow(conn: &Conn, action: WorkflowAction) -> Res {
                 format!("cancelled {id} ({})", s(&v["state"]))
             });
         }
-        WorkflowAction::List {
-            state,
-            limit,
-            offset,
-        } => {
-            let mut q = json!({"limit": limit, "offset": offset});
+        WorkflowAction::List { state, page } => {
+            let mut q = json!({"limit": page.limit, "offset": page.offset});
             if let Some(st) = state {
                 q["state"] = json!(st);
             }

@@ -45,10 +45,9 @@ pub fn run(cmd: Command) -> i32 {
         Command::Jobs {
             queue,
             state,
-            limit,
-            offset,
+            page,
             conn,
-        } => flows::jobs(&conn, queue, state, limit, offset),
+        } => flows::jobs(&conn, queue, state, page),
         Command::Cancel { id, conn } => flows::cancel(&conn, &id),
         Command::Queues { conn } => queues(&conn),
         Command::Queue { action, conn } => queue(&conn, action),
