@@ -121,9 +121,15 @@ impl Envelope {
         }
     }
 
-    /// ACK and take the next job of the bench queue in the same reply (OJS port only).
+    /// ACK and take the next job of the bench queue in the same reply (OJS port only). The
+    /// wait for that job is short (100 ms, then the worker FETCHes as usual): the reply,
+    /// which is what tells the worker its ACK is done, would otherwise come only after
+    /// the whole fetch wait at the end of a run, when no job is left to take.
     pub fn ack_fetch_line(&self, id: &str) -> String {
-        format!(r#"ACK {{"id":"{id}","fetch":["{}"]}}"#, self.queue)
+        format!(
+            r#"ACK {{"id":"{id}","fetch":["{}"],"wait_ms":100}}"#,
+            self.queue
+        )
     }
 
     /// Whether a PUSH or PUSHB reply says every job went in: OJS answers the stored
