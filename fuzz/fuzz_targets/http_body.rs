@@ -91,12 +91,19 @@ fn flow(f: &Flow, depth: usize, now: DateTime<Utc>, count: &mut (usize, usize)) 
 }
 
 fn job(j: &workflow::JobDef, now: DateTime<Utc>) {
-    let len = serde_json::to_vec(&j.envelope).unwrap().len();
-    assert_eq!(len, j.len, "the recorded size is the envelope's");
-    match parse_new_job(j.envelope.clone(), len, now, &Limits::default()) {
+    // The stored form of a step (its flat envelope) is a job PUSH takes, and reads back as
+    // the same template.
+    let env = j.template.envelope();
+    let len = serde_json::to_vec(&env).unwrap().len();
+    let unbounded = Limits {
+        max_job_bytes: usize::MAX,
+    };
+    match parse_new_job(env.clone(), len, now, &unbounded) {
         Ok(new) => assert_eq!(new.job.job_type, j.job_type),
         Err(e) => panic!("a workflow job is refused on its own: {e:?}"),
     }
+    let back = ojsd::job::template::Template::stored(env).expect("a stored step reads back");
+    assert_eq!(back.job_type(), j.template.job_type());
 }
 
 /// The next occurrence, if any, is after `now`; and the next firing after it too.
