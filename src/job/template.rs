@@ -32,7 +32,12 @@ impl Template {
         let len = serde_json::to_vec(&envelope).map_or(usize::MAX, |b| b.len());
         let depth = crate::json::depth(&envelope);
         let id_given = envelope.get("id").is_some_and(|v| !v.is_null());
-        let new = parse_new_job(envelope, len, now, limits)?;
+        let mut new = parse_new_job(envelope, len, now, limits)?;
+        // No id of its own until an instance is made: two parses of one definition are
+        // equal (a stored cron entry compares equal to the one registered).
+        if !id_given {
+            new.job.id.clear();
+        }
         Ok(Template {
             new,
             id_given,
@@ -192,6 +197,14 @@ mod tests {
             // And the stored form is a valid PUSH envelope in its own right.
             parse_new_job(t.envelope(), 0, now(), &limits()).unwrap();
         }
+    }
+
+    #[test]
+    fn two_parses_of_one_definition_are_equal() {
+        let env = json!({"type": "a", "args": [1]});
+        let a = Template::parse(env.clone(), now(), &limits()).unwrap();
+        let b = Template::parse(env, now(), &limits()).unwrap();
+        assert_eq!(a, b);
     }
 
     #[test]
