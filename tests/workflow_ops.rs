@@ -153,7 +153,8 @@ fn http_endpoints() {
     assert_eq!(location, Some(format!("/ojs/v1/workflows/{id}")));
     assert_eq!(
         pick(wf, &["type", "name", "state"]),
-        json!(["chain", "order-processing", "pending"])
+        // Over HTTP a workflow is `running` from creation (PROTOCOL.md §14 reading 13).
+        json!(["chain", "order-processing", "running"])
     );
     assert_eq!(wf["steps"][0]["state"], "pending");
     assert_eq!(wf["steps"][1]["job_id"], Value::Null);
