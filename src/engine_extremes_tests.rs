@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 fn call(rt: &tokio::runtime::Runtime, h: &EngineHandle, wid: Option<&str>, line: &str) -> Reply {
-    match parse_command(line.as_bytes()) {
+    match parse_command(line.as_bytes(), h.intake()) {
         Ok(cmd) => Reply::from(rt.block_on(h.call(wid.map(Arc::from), cmd))),
         Err(e) => Reply::Error(e),
     }

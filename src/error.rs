@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ErrorCode {
     // ojs-errors.md §4.1 validation
     InvalidPayload,
@@ -76,7 +76,7 @@ impl ErrorCode {
 
 /// An error with a stable code and a human-readable English message, plus, when a
 /// definition was refused for several reasons, each of them with where it was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OjsError {
     pub code: ErrorCode,
     pub message: String,
@@ -87,7 +87,7 @@ pub struct OjsError {
 
 /// One reason a definition was refused, with the JSONPath of the offending value
 /// (ojs-workflows §11.1).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Problem {
     pub path: String,
     pub message: String,

@@ -16,6 +16,7 @@ pub mod limits;
 mod session;
 
 use crate::auth::{Role, Tokens};
+use crate::engine::intake::Intake;
 use crate::engine::{Answered, EngineHandle};
 use crate::error::{ErrorCode, OjsError};
 use crate::protocol::{faktory, parse_command, Command, Frame, LineCodec, Reply};
@@ -93,11 +94,15 @@ impl Render {
     }
 }
 
-/// A line in the listener's dialect.
-fn parse_line(dialect: Dialect, line: &[u8]) -> Result<(Command, Render), OjsError> {
+/// A line in the listener's dialect, its bodies validated by `intake`.
+fn parse_line(
+    dialect: Dialect,
+    line: &[u8],
+    intake: &Intake,
+) -> Result<(Command, Render), OjsError> {
     match dialect {
-        Dialect::Ojs => parse_command(line).map(|c| (c, Render::Ojs)),
-        Dialect::Faktory => faktory::parse(line).map(|(c, r)| (c, Render::Faktory(r))),
+        Dialect::Ojs => parse_command(line, intake).map(|c| (c, Render::Ojs)),
+        Dialect::Faktory => faktory::parse(line, intake).map(|(c, r)| (c, Render::Faktory(r))),
     }
 }
 
@@ -328,7 +333,7 @@ where
             }
             Frame::Line(l) => l,
         };
-        match parse_line(shared.cfg.dialect, &line).map(|(c, _)| c) {
+        match parse_line(shared.cfg.dialect, &line, shared.engine.intake()).map(|(c, _)| c) {
             Ok(Command::Hello(v)) => {
                 let Some(c) = &challenge else {
                     return Ok(Some((v, Role::Admin)));

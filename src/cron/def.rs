@@ -306,6 +306,27 @@ impl CronDef {
     }
 }
 
+/// A registration travels (between nodes) as the JSON it is stored as, and is validated
+/// again when read: as a stored one, under no size limit (it passed the limits of the node
+/// that took it from the client).
+impl serde::Serialize for CronDef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&self.to_json(), s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CronDef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CronDef, D::Error> {
+        let v = <Value as serde::Deserialize>::deserialize(d)?;
+        let unbounded = Limits {
+            max_job_bytes: usize::MAX,
+        };
+        CronDef::parse(&v, Utc::now(), &unbounded)
+            .map(|(def, _)| def)
+            .map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
+
 /// The envelope of an occurrence: the options as envelope attributes, `meta` with
 /// `cron_name` and `cron_triggered_at` (§6.3).
 fn envelope(

@@ -90,8 +90,11 @@ impl Store for Gated {
 fn push(q: &str) -> Command {
     let job = json!({"type": "t", "queue": q, "args": []});
     let len = job.to_string().len();
+    let job = crate::engine::intake::Intake::default()
+        .job(job, len)
+        .unwrap();
     Command::Push {
-        job,
+        job: Box::new(job),
         len,
         resend: false,
     }

@@ -7,7 +7,8 @@ use super::*;
 #[derive(Clone)]
 pub struct EngineHandle {
     pub(super) tx: Sender<Msg>,
-    pub(super) limits: Limits,
+    /// Builds typed requests from client bodies on the caller's task.
+    pub(super) intake: super::intake::Intake,
     pub(super) queue: Arc<Semaphore>,
     pub connections: Arc<AtomicUsize>,
     /// The next [`ConnId`].
@@ -59,7 +60,7 @@ impl EngineHandle {
             .await
             .ok();
         let (reply, rx) = oneshot::channel();
-        let work = Work::of(cmd, &self.limits);
+        let work = Work::of(cmd);
         let req = Request {
             conn: conn.filter(|_| wid.is_none()),
             wid,
@@ -75,6 +76,11 @@ impl EngineHandle {
             }
         }
         rx
+    }
+
+    /// How front ends validate client bodies into requests (jobs, cron, workflows).
+    pub fn intake(&self) -> &super::intake::Intake {
+        &self.intake
     }
 
     /// Submit and wait for the reply. The weight counts the job envelopes of PUSH and
@@ -227,7 +233,7 @@ mod queue_tests {
         let (tx, rx) = crossbeam_channel::unbounded();
         let handle = EngineHandle {
             tx,
-            limits: Limits::default(),
+            intake: Default::default(),
             queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
             connections: Arc::new(AtomicUsize::new(0)),
             next_conn: Arc::new(AtomicU64::new(1)),

@@ -14,6 +14,7 @@ mod events;
 mod handle;
 mod hooks;
 mod index;
+pub mod intake;
 mod jobs;
 pub mod metrics;
 mod rebuild;
@@ -158,9 +159,10 @@ struct Request {
 pub const QUEUE_PERMITS: usize = 8192;
 pub const PERMIT_BYTES: usize = 16 * 1024;
 
-/// A command as the engine thread receives it. `submit` parses, validates and encodes the
-/// envelopes of PUSH and PUSHB on the caller's thread, so the engine thread, which every
-/// command waits for, only does what needs its state (ids, unique keys, queues).
+/// A command as the engine thread receives it. The front end validated the jobs of PUSH
+/// and PUSHB ([`Intake`]); `submit` also encodes them on the caller's thread, so the engine
+/// thread, which every command waits for, only does what needs its state (ids, unique
+/// keys, queues).
 enum Work {
     Command(Command),
     Push(Box<OjsResult<Prepared>>),
@@ -169,20 +171,20 @@ enum Work {
 }
 
 impl Work {
-    fn of(cmd: Command, limits: &Limits) -> Work {
+    fn of(cmd: Command) -> Work {
         match cmd {
             Command::Push { job, len, resend } => Work::Push(Box::new(
-                Prepared::new(job, len, limits).map(|p| p.resent(resend)),
+                Prepared::typed(*job, len).map(|p| p.resent(resend)),
             )),
             Command::PushBatch(jobs) => Work::PushBatch(
                 jobs.into_iter()
-                    .map(|(job, len)| Prepared::new(job, len, limits))
+                    .map(|(job, len)| Prepared::typed(job, len))
                     .collect(),
             ),
             // Faktory's PUSHB: a job resent is accepted as the one already there.
             Command::PushEach(jobs) => Work::PushEach(
                 jobs.into_iter()
-                    .map(|(job, len)| Prepared::new(job, len, limits).map(|p| p.resent(true)))
+                    .map(|(job, len)| Prepared::typed(job, len).map(|p| p.resent(true)))
                     .collect(),
             ),
             cmd => Work::Command(cmd),
@@ -311,7 +313,6 @@ pub fn start(
 > {
     let (tx, rx) = crossbeam_channel::unbounded();
     let connections = Arc::new(AtomicUsize::new(0));
-    let limits = cfg.limits.clone();
     let store_kind = store.name();
     let subscribers = crate::events::held::Pool::new(cfg.events.held);
     let max_metric_series = cfg.max_metric_series;
@@ -356,13 +357,14 @@ pub fn start(
     engine.rebuild_cron()?;
     engine.rebuild_events()?;
     engine.rebuild_workflows()?;
+    let intake = intake::Intake::new(engine.cfg.limits.clone(), engine.clock.clone());
     let thread = std::thread::Builder::new()
         .name("ojsd-engine".into())
         .spawn(move || engine.run())
         .map_err(StoreError::from)?;
     let handle = EngineHandle {
         tx,
-        limits,
+        intake,
         queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
         connections,
         next_conn: Arc::new(AtomicU64::new(1)),
@@ -568,7 +570,7 @@ impl Engine {
         let out = match cmd {
             // `submit` prepares these; a command that arrives otherwise is prepared here.
             cmd @ (Command::Push { .. } | Command::PushBatch(_) | Command::PushEach(_)) => {
-                let work = Work::of(cmd, &self.cfg.limits);
+                let work = Work::of(cmd);
                 return self.handle(
                     Request {
                         wid,

@@ -2,21 +2,31 @@
 //! connection, later a peer node) can ask of the engine, as typed values. Front ends parse
 //! their wire forms into these (`protocol/`, `http/`); the engine takes them and answers
 //! typed outcomes (`api.rs`). Nothing here knows a wire format.
+//!
+//! Client bodies arrive validated: a job is a [`NewJob`], a cron registration a
+//! [`CronDef`], a workflow a [`Definition`], built by the front end with
+//! [`Intake`](super::intake::Intake). Every request is serializable (serde), so that a node
+//! can hand it to the node that owns its partition; a request read back that way was
+//! validated by the node that took it from the client.
 
+use crate::cron::CronDef;
+use crate::job::validate::NewJob;
 use crate::job::State;
+use crate::workflow::Definition;
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use crate::job::rate_limit::RateWindow;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkerDirective {
     Quiet,
     Terminate,
 }
 
 /// What a worker may say about itself in a BEAT (Faktory's `current_state` and `rss_kb`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeatReport {
     /// The worker went quiet or is terminating on its own (e.g. after a signal).
     pub state: Option<WorkerDirective>,
@@ -24,21 +34,24 @@ pub struct BeatReport {
     pub rss_kb: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Hello(Value),
-    /// One job as JSON, with its encoded size for the size limit. `resend`: a job whose id
-    /// exists with the same client-supplied attributes is accepted as the one already
-    /// there, not refused as a duplicate (Faktory clients resend after a network error).
+    /// One validated job, with its encoded size on the wire (counted against
+    /// `--max-queued-bytes`). `resend`: a job whose id exists with the same client-supplied
+    /// attributes is accepted as the one already there, not refused as a duplicate
+    /// (Faktory clients resend after a network error).
     Push {
-        job: Value,
+        job: Box<NewJob>,
         len: usize,
         resend: bool,
     },
-    PushBatch(Vec<(Value, usize)>),
-    /// Each job on its own: the valid ones are enqueued, the others reported by position
-    /// (Faktory's PUSHB); PUSHB of the OJS dialect is all or nothing.
-    PushEach(Vec<(Value, usize)>),
+    /// All or nothing (PUSHB of the OJS dialect, HTTP's batch).
+    PushBatch(Vec<(NewJob, usize)>),
+    /// Each job on its own: those the engine refuses (a duplicate id, the queued-bytes
+    /// bound) are reported by position, the others enqueued (Faktory's PUSHB; the front end
+    /// reports the jobs it could not validate itself).
+    PushEach(Vec<(NewJob, usize)>),
     Fetch {
         queues: Vec<String>,
         count: Option<usize>,
@@ -134,7 +147,7 @@ pub enum Command {
     End,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum QueueCmd {
     Pause(Vec<String>),
     Resume(Vec<String>),
@@ -190,7 +203,7 @@ impl QueueCmd {
 }
 
 /// Which dead letters a command covers; every field that is set must match.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeadFilter {
     pub queue: Option<String>,
     pub job_type: Option<String>,
@@ -209,7 +222,7 @@ impl DeadFilter {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum DeadCmd {
     List {
         filter: DeadFilter,
@@ -227,7 +240,7 @@ pub enum DeadCmd {
 /// A queue's rate limit (ojs-rate-limiting §7.2): at most `concurrency` jobs of the queue
 /// active at once, and at most `rate.limit` started within any `rate.period` (a sliding
 /// window). Either may be absent; `concurrency: 0` holds every job back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueLimit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
@@ -237,7 +250,7 @@ pub struct QueueLimit {
 
 /// `JOBS {"queue"?, "state"?, "limit"?, "offset"?}`: jobs of one queue and/or state, newest
 /// first, one page (for the dashboard's job browser and the admin API).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobsQuery {
     pub queue: Option<String>,
     pub state: Option<State>,
@@ -247,7 +260,7 @@ pub struct JobsQuery {
 
 /// The sets of waiting jobs `MUTATE` works on (Faktory's retries, scheduled and dead sets:
 /// ojsd's `retryable`, `scheduled` and `discarded` jobs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobSet {
     Retries,
     Scheduled,
@@ -265,7 +278,7 @@ impl JobSet {
 }
 
 /// What `MUTATE` does to the jobs its filter matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MutateOp {
     /// Move to the dead set (`discarded`).
     Kill,
@@ -278,7 +291,7 @@ pub enum MutateOp {
 }
 
 /// Which jobs of a set a `MUTATE` touches; every field that is set must match.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SetFilter {
     /// Job ids (OJS ids; the Faktory dialect maps jids to them).
     pub ids: Option<Vec<String>>,
@@ -288,17 +301,17 @@ pub struct SetFilter {
     pub pattern: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MutateCmd {
     pub op: MutateOp,
     pub set: JobSet,
     pub filter: SetFilter,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CronCmd {
     /// Register or update (upsert) a cron job.
-    Add(Value),
+    Add(Box<CronDef>),
     List {
         enabled: Option<bool>,
         limit: usize,
@@ -310,10 +323,10 @@ pub enum CronCmd {
     Disable(String),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WorkflowCmd {
     Create {
-        definition: Value,
+        definition: Box<Definition>,
     },
     Get(String),
     Cancel(String),

@@ -6,7 +6,7 @@ use super::Event;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::{Map, Value};
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EventFilter {
     pub event_types: Vec<String>,
     pub queues: Vec<String>,

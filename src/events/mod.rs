@@ -253,7 +253,7 @@ pub fn key_cursor(key: &[u8]) -> Option<u64> {
 }
 
 /// Where a subscription starts reading the log.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Start {
     /// Only events committed from now on.
     Live,

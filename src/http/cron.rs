@@ -109,8 +109,8 @@ pub async fn list(
 }
 
 pub async fn register(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let def = body_object(&body)?;
-    let (v, created) = one(&st, CronCmd::Add(def)).await?;
+    let def = st.engine.intake().cron(&body_object(&body)?)?;
+    let (v, created) = one(&st, CronCmd::Add(Box::new(def))).await?;
     let status = if created {
         StatusCode::CREATED
     } else {

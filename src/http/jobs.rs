@@ -108,11 +108,12 @@ pub(super) async fn push(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (job, len) = push_cmd(envelope(object(&body)?)?);
+    let job = st.engine.intake().job(job, len)?;
     let job = one_job(
         &st,
         None,
         Command::Push {
-            job,
+            job: Box::new(job),
             len,
             resend: false,
         },
@@ -157,6 +158,7 @@ pub(super) async fn push_batch(
         })?;
         batch.push(push_cmd(job));
     }
+    let batch = st.engine.intake().batch(batch)?;
     let views = match st.engine.call(None, Command::PushBatch(batch)).await? {
         Answer::Jobs(v) => v,
         Answer::Job(j) => vec![j],

@@ -133,6 +133,11 @@ pub async fn create(State(st): State<AppState>, body: Bytes) -> Response {
             return ApiError::bad_request(msg).into_response();
         }
     };
+    let definition = match st.engine.intake().workflow(&definition) {
+        Ok(d) => Box::new(d),
+        Err(e) if !e.problems.is_empty() => return invalid(&e.problems),
+        Err(e) => return ApiError::from(e).into_response(),
+    };
     let cmd = Command::Workflow(WorkflowCmd::Create { definition });
     match st.engine.call(None, cmd).await {
         Ok(Answer::Workflow(wf)) => {

@@ -40,7 +40,7 @@ impl Default for Limits {
 }
 
 /// A validated job plus the request flags that travel beside it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NewJob {
     pub job: Job,
     /// The client asked for the job to start in `pending` (held until activated).

@@ -5,6 +5,7 @@
 use super::faktory::job_ref;
 use super::words::{json_object, json_payload, malformed, split_verb};
 use crate::auth::{Need, Role};
+use crate::engine::intake::Intake;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -374,8 +375,9 @@ fn with_options(job: Value) -> OjsResult<Value> {
     }
 }
 
-/// Parse one line (without its line ending).
-pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
+/// Parse one line (without its line ending); `intake` validates the bodies of jobs, cron
+/// registrations and workflows into the engine's typed forms.
+pub fn parse_command(line: &[u8], intake: &Intake) -> OjsResult<Command> {
     let line =
         std::str::from_utf8(line).map_err(|_| malformed("command line is not valid UTF-8"))?;
     let line = line.trim_end();
@@ -389,7 +391,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
         "PUSH" => {
             let job = with_options(json_payload("PUSH", payload)?)?;
             Ok(Command::Push {
-                job,
+                job: Box::new(intake.job(job, payload.len())?),
                 len: payload.len(),
                 resend: false,
             })
@@ -407,7 +409,7 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
                     .map_err(|e| malformed(format!("PUSHB: invalid JSON: {e}")))?;
                 jobs.push((with_options(v)?, len));
             }
-            Ok(Command::PushBatch(jobs))
+            Ok(Command::PushBatch(intake.batch(jobs)?))
         }
         "FETCH" => parse_fetch(payload),
         "ACK" => {
@@ -549,8 +551,8 @@ pub fn parse_command(line: &[u8]) -> OjsResult<Command> {
             };
             Ok(Command::Subscribe { filter, start })
         }
-        "CRON" => super::cron::parse(payload),
-        "WORKFLOW" => super::workflow::parse(payload),
+        "CRON" => super::cron::parse(payload, intake),
+        "WORKFLOW" => super::workflow::parse(payload, intake),
         "END" => Ok(Command::End),
         _ => {
             let shown: String = verb.chars().take(32).collect();
@@ -567,20 +569,67 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn parse_command(line: &[u8]) -> OjsResult<Command> {
+        super::parse_command(line, &Intake::default())
+    }
+
     fn code(line: &str) -> ErrorCode {
         parse_command(line.as_bytes()).unwrap_err().code
     }
 
+    /// A node hands requests to the partition's owner as serde data (issue 21): every kind
+    /// of request, bodies included, reads back as what was written.
+    #[test]
+    fn every_request_survives_a_serde_round_trip() {
+        let lines: &[&[u8]] = &[
+            br#"HELLO {"wid":"w1","queues":["q"]}"#,
+            br#"PUSH {"type":"a.b","args":[1,{"x":[2.5,null]}],"queue":"q","meta":{"k":"v"},"priority":3,"scheduled_at":"+PT5S","retry":{"max_attempts":7},"unique":{"keys":["type"],"period":"PT1M"},"custom":true}"#,
+            br#"PUSHB [{"type":"a","args":[]},{"type":"b","args":["x"],"queue":"q2"}]"#,
+            b"FETCH critical default COUNT 5",
+            br#"ACK {"id":"0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b","result":{"ok":1},"fetch":["q"],"wait_ms":100}"#,
+            br#"FAIL {"id":"0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b","error":{"type":"E","message":"m"}}"#,
+            br#"BEAT {"wid":"w1"}"#,
+            b"QUEUE PAUSE q1 q2",
+            br#"SUBSCRIBE {"event_types":["job.*"],"queues":["q"]}"#,
+            br#"CRON ADD {"name":"nightly","cron":"0 3 * * *","timezone":"Europe/Paris","type":"report","args":[1],"options":{"queue":"q"}}"#,
+            br#"WORKFLOW CREATE {"type":"batch","name":"b","jobs":[{"type":"a","args":[]}],"callbacks":{"on_complete":{"type":"done","args":[]}}}"#,
+            br#"WORKFLOW CREATE {"name":"dag","steps":[{"id":"a","type":"x","args":[]},{"id":"b","type":"y","args":[],"depends_on":["a"]}]}"#,
+            b"INFO",
+        ];
+        for line in lines {
+            let cmd = parse_command(line)
+                .unwrap_or_else(|e| panic!("{}: {e:?}", String::from_utf8_lossy(line)));
+            let bytes = serde_json::to_vec(&cmd).unwrap();
+            let back: Command = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(
+                serde_json::to_vec(&back).unwrap(),
+                bytes,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(std::mem::discriminant(&back), std::mem::discriminant(&cmd));
+        }
+        let faktory: &[&[u8]] = &[
+            br#"PUSH {"jid":"abcdefgh12","jobtype":"SomeJob","args":[1],"queue":"Q_1","retry":3}"#,
+            br#"PUSHB [{"jid":"abcdefgh13","jobtype":"A","args":[]}]"#,
+            br#"MUTATE {"cmd":"kill","target":"retries","filter":{"jobtype":"a"}}"#,
+        ];
+        for line in faktory {
+            let (cmd, _) = crate::protocol::faktory::parse(line, &Intake::default()).unwrap();
+            let bytes = serde_json::to_vec(&cmd).unwrap();
+            let back: Command = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(serde_json::to_vec(&back).unwrap(), bytes);
+        }
+    }
+
     #[test]
     fn parses_the_core_commands() {
-        assert_eq!(
-            parse_command(br#"PUSH {"type":"a","args":[]}"#).unwrap(),
-            Command::Push {
-                job: json!({"type":"a","args":[]}),
-                len: 22,
-                resend: false,
-            }
-        );
+        let Command::Push { job, len, resend } =
+            parse_command(br#"PUSH {"type":"a","args":[]}"#).unwrap()
+        else {
+            panic!("not a PUSH")
+        };
+        assert_eq!((job.job.job_type.as_str(), len, resend), ("a", 22, false));
         assert_eq!(
             parse_command(b"FETCH critical default COUNT 5").unwrap(),
             Command::Fetch {
@@ -608,12 +657,17 @@ mod tests {
 
     #[test]
     fn pushb_keeps_each_jobs_size() {
-        match parse_command(br#"PUSHB [{"a":1}, {"bb":22}]"#).unwrap() {
+        match parse_command(br#"PUSHB [{"type":"a","args":[]}, {"type":"bb","args":[]}]"#).unwrap()
+        {
             Command::PushBatch(jobs) => {
-                assert_eq!(jobs.iter().map(|j| j.1).collect::<Vec<_>>(), vec![7, 9]);
+                assert_eq!(jobs.iter().map(|j| j.1).collect::<Vec<_>>(), vec![22, 23]);
             }
             other => panic!("{other:?}"),
         }
+        // The batch is validated where it is parsed, all or nothing, naming the position.
+        let e = parse_command(br#"PUSHB [{"type":"a","args":[]}, {"a":1}]"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidPayload);
+        assert!(e.message.starts_with("job 1: "), "{}", e.message);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use super::words::{json_object, malformed};
 use super::Command;
+use crate::engine::intake::Intake;
 pub use crate::engine::request::CronCmd;
 use crate::error::OjsResult;
 use serde_json::{Map, Value};
@@ -46,15 +47,18 @@ fn list(rest: &str) -> OjsResult<CronCmd> {
     })
 }
 
-/// The rest of a `CRON` line.
-pub fn parse(payload: &str) -> OjsResult<Command> {
+/// The rest of a `CRON` line; `intake` validates a registration.
+pub fn parse(payload: &str, intake: &Intake) -> OjsResult<Command> {
     let (sub, rest) = match payload.find(' ') {
         Some(i) => (&payload[..i], payload[i + 1..].trim()),
         None => (payload, ""),
     };
     let cmd = match sub.to_ascii_uppercase().as_str() {
         "ADD" if rest.is_empty() => return Err(malformed("CRON ADD needs a JSON definition")),
-        "ADD" => CronCmd::Add(Value::Object(json_object("CRON ADD", rest)?)),
+        "ADD" => {
+            let def = Value::Object(json_object("CRON ADD", rest)?);
+            CronCmd::Add(Box::new(intake.cron(&def)?))
+        }
         "LIST" => list(rest)?,
         "GET" => CronCmd::Get(name("CRON GET", rest)?),
         "DEL" | "DELETE" => CronCmd::Del(name("CRON DEL", rest)?),
@@ -73,8 +77,10 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
-    use crate::protocol::parse_command;
-    use serde_json::json;
+
+    fn parse_command(line: &[u8]) -> OjsResult<Command> {
+        crate::protocol::parse_command(line, &Intake::default())
+    }
 
     fn cron(line: &str) -> OjsResult<CronCmd> {
         match parse_command(line.as_bytes())? {
@@ -85,9 +91,21 @@ mod tests {
 
     #[test]
     fn parses_each_subcommand() {
+        let CronCmd::Add(def) =
+            cron(r#"CRON ADD {"name":"a","cron":"@daily","type":"x"}"#).unwrap()
+        else {
+            panic!("not CRON ADD")
+        };
         assert_eq!(
-            cron(r#"CRON ADD {"name":"a","cron":"@daily","type":"x"}"#).unwrap(),
-            CronCmd::Add(json!({"name":"a","cron":"@daily","type":"x"}))
+            (def.name, def.cron, def.job_type),
+            ("a".into(), "@daily".into(), "x".into())
+        );
+        // Validated where it is parsed, not on the engine thread.
+        assert_eq!(
+            cron(r#"CRON ADD {"name":"a","cron":"61 * * * *","type":"x"}"#)
+                .unwrap_err()
+                .code,
+            ErrorCode::InvalidCronExpression
         );
         assert_eq!(
             cron("cron list").unwrap(),

@@ -4,6 +4,7 @@
 
 use super::words::{json_object, malformed};
 use super::Command;
+use crate::engine::intake::Intake;
 pub use crate::engine::request::WorkflowCmd;
 use crate::error::OjsResult;
 use serde_json::Value;
@@ -63,8 +64,8 @@ pub fn list_query(obj: &serde_json::Map<String, Value>) -> OjsResult<WorkflowCmd
     })
 }
 
-/// The payload after the `WORKFLOW` verb.
-pub fn parse(payload: &str) -> OjsResult<Command> {
+/// The payload after the `WORKFLOW` verb; `intake` validates a definition.
+pub fn parse(payload: &str, intake: &Intake) -> OjsResult<Command> {
     let (sub, rest) = match payload.find(' ') {
         Some(i) => (&payload[..i], payload[i + 1..].trim_start()),
         None => (payload, ""),
@@ -74,9 +75,11 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
             if rest.is_empty() {
                 return Err(malformed("WORKFLOW CREATE needs a JSON definition"));
             }
-            let definition = crate::json::parse(rest.as_bytes())
+            let definition: serde_json::Value = crate::json::parse(rest.as_bytes())
                 .map_err(|e| malformed(format!("WORKFLOW CREATE: {e}")))?;
-            WorkflowCmd::Create { definition }
+            WorkflowCmd::Create {
+                definition: Box::new(intake.workflow(&definition)?),
+            }
         }
         "GET" => WorkflowCmd::Get(id("WORKFLOW GET", rest)?),
         "CANCEL" => WorkflowCmd::Cancel(id("WORKFLOW CANCEL", rest)?),
@@ -90,16 +93,21 @@ pub fn parse(payload: &str) -> OjsResult<Command> {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
-    use crate::protocol::parse_command;
-    use serde_json::json;
+
+    fn parse_command(line: &[u8]) -> OjsResult<Command> {
+        crate::protocol::parse_command(line, &Intake::default())
+    }
 
     #[test]
     fn parses_the_three_subcommands() {
+        let line = br#"WORKFLOW CREATE {"type":"chain","steps":[{"type":"a","args":[]}]}"#;
+        let Command::Workflow(WorkflowCmd::Create { definition }) = parse_command(line).unwrap()
+        else {
+            panic!("not WORKFLOW CREATE")
+        };
         assert_eq!(
-            parse_command(br#"WORKFLOW CREATE {"type":"chain","steps":[]}"#).unwrap(),
-            Command::Workflow(WorkflowCmd::Create {
-                definition: json!({"type": "chain", "steps": []})
-            })
+            (definition.root.kind, definition.job_count),
+            (crate::workflow::Kind::Chain, 1)
         );
         assert_eq!(
             parse_command(b"workflow get wf-1").unwrap(),

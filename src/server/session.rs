@@ -209,6 +209,7 @@ async fn read_commands<S>(
 {
     let cfg = &shared.cfg;
     let engine = &shared.engine;
+    let intake = engine.intake();
     // Workers heartbeat, and an event stream may be quiet for long: neither times out.
     let idle = Some(cfg.idle_timeout).filter(|t| who.wid.is_none() && !t.is_zero());
     let mut streaming = false;
@@ -247,7 +248,7 @@ async fn read_commands<S>(
         if streaming {
             // An event stream only listens for END (or the socket closing).
             if let Ok(Frame::Line(line)) = &frame {
-                if matches!(parse_line(cfg.dialect, line), Ok((Command::End, _))) {
+                if matches!(parse_line(cfg.dialect, line, intake), Ok((Command::End, _))) {
                     return;
                 }
             }
@@ -271,7 +272,7 @@ async fn read_commands<S>(
             ),
             // The one role check of this front end: a command the connection's token may
             // not run is answered FORBIDDEN here and never reaches the engine.
-            Ok(Frame::Line(line)) => match parse_line(cfg.dialect, &line) {
+            Ok(Frame::Line(line)) => match parse_line(cfg.dialect, &line, intake) {
                 Ok((c, r)) => match authorize(who.role, &c) {
                     Ok(()) => (Ok(c), r, line.len()),
                     Err(e) => (Err(e), Render::Ojs, line.len()),

@@ -101,19 +101,19 @@ impl Role {
 
 /// One job of a workflow, already validated: `template` is the flat OJS job (what PUSH
 /// takes, `options` folded in), typed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobDef {
     pub job_type: String,
     pub template: Box<Template>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Def {
     Job(JobDef),
     Flow(Flow),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Flow {
     pub kind: Kind,
     pub id: Option<String>,
@@ -127,13 +127,13 @@ pub struct Flow {
 
 /// A DAG step's identity and edges: `depends_on` holds indices into the DAG's children,
 /// each at most once.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DagStep {
     pub id: String,
     pub depends_on: Vec<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Definition {
     pub root: Flow,
     /// Jobs in steps/jobs at every level, callbacks excluded.

@@ -65,7 +65,7 @@ impl Engine {
 
     pub(super) fn cron_cmd(&mut self, txn: &mut Txn, cmd: CronCmd) -> OjsResult<Out> {
         match cmd {
-            CronCmd::Add(v) => self.cron_add(txn, v),
+            CronCmd::Add(def) => self.cron_add(txn, *def),
             CronCmd::List {
                 enabled,
                 limit,
@@ -145,9 +145,11 @@ impl Engine {
     }
 
     /// CRON ADD: register, or update an existing registration (upsert, ojs-cron §8.1).
-    fn cron_add(&mut self, txn: &mut Txn, v: Value) -> OjsResult<Out> {
+    /// Register a validated registration ([`Intake::cron`](crate::engine::intake::Intake)).
+    fn cron_add(&mut self, txn: &mut Txn, def: CronDef) -> OjsResult<Out> {
         let now = self.now;
-        let (def, schedule) = CronDef::parse(&v, now, &self.cfg.limits)?;
+        let schedule = crate::cron::Schedule::parse(&def.cron, &def.timezone)
+            .map_err(|e| crate::cron::def::schedule_error(e, &def.cron))?;
         let anchor = ms_time(now.timestamp_millis()).unwrap_or(now);
         if schedule.next_after(now, false, anchor).is_none() {
             return Err(OjsError::new(

@@ -15,9 +15,8 @@ use crate::events::Component;
 use crate::events::EventKind;
 use crate::job::parts::Parts;
 use crate::job::retry::RetryDecision;
-use crate::job::validate::{parse_new_job, Limits, NewJob};
+use crate::job::validate::NewJob;
 use crate::job::{format_ts, BackoffStrategy, OnExhaustion, State};
-use chrono::Utc;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -60,14 +59,10 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    pub fn new(value: Value, len: usize, limits: &Limits) -> OjsResult<Prepared> {
-        // `created_at` is set again from the engine's clock when the job is inserted.
-        let new = parse_new_job(value, len, Utc::now(), limits)?;
-        Prepared::typed(new, len)
-    }
-
-    /// A job the server built itself from a validated [`Template`](crate::job::template)
-    /// (a cron occurrence, a workflow step): no JSON on the way.
+    /// A validated job: a client's (the front end built it with
+    /// [`Intake`](crate::engine::intake::Intake)) or one the server built itself from a
+    /// [`Template`](crate::job::template) (a cron occurrence, a workflow step). `created_at`
+    /// is set again from the engine's clock when the job is inserted.
     pub fn typed(new: NewJob, len: usize) -> OjsResult<Prepared> {
         let id = Uuid::parse_str(&new.job.id)
             .map_err(|_| OjsError::new(ErrorCode::InvalidPayload, "id must be a UUIDv7"))?;

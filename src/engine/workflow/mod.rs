@@ -123,7 +123,7 @@ impl Engine {
     ) -> OjsResult<Out> {
         self.prune_workflows(txn);
         let v = match cmd {
-            WorkflowCmd::Create { definition } => self.workflow_create(txn, definition)?,
+            WorkflowCmd::Create { definition } => self.workflow_create(txn, *definition)?,
             WorkflowCmd::Get(id) => {
                 let wf = self.workflows.map.get(&id).ok_or_else(|| not_found(&id))?;
                 self.workflow_json(txn, wf)
@@ -184,15 +184,8 @@ impl Engine {
         })
     }
 
-    fn workflow_create(&mut self, txn: &mut Txn, definition: Value) -> OjsResult<Value> {
-        let def =
-            workflow::parse_definition(&definition, &self.cfg.limits, self.now).map_err(|p| {
-                OjsError {
-                    message: workflow::summary(&p),
-                    problems: p,
-                    ..OjsError::new(ErrorCode::InvalidPayload, "")
-                }
-            })?;
+    /// Start a validated definition ([`Intake::workflow`](crate::engine::intake::Intake)).
+    fn workflow_create(&mut self, txn: &mut Txn, def: workflow::Definition) -> OjsResult<Value> {
         let id = def
             .root
             .id

@@ -33,6 +33,7 @@ pub fn shown_stats(mut stats: QueueStats) -> QueueStats {
 }
 
 use crate::engine::api::Info;
+use crate::engine::intake::Intake;
 use crate::engine::{Answer, Answered};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::protocol::command::{BeatReport, JobSet, MutateCmd, MutateOp, QueueCmd, SetFilter};
@@ -90,7 +91,7 @@ fn encoded_len(v: &Value) -> usize {
 }
 
 /// One line in the Faktory dialect, with how its answer is rendered.
-pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
+pub fn parse(line: &[u8], intake: &Intake) -> OjsResult<(Command, Render)> {
     let line = std::str::from_utf8(line).map_err(|_| err("command is not valid UTF-8"))?;
     let line = line.trim_end_matches(['\r', '\n']);
     let (verb, payload) = match line.split_once(' ') {
@@ -107,12 +108,12 @@ pub fn parse(line: &[u8]) -> OjsResult<(Command, Render)> {
             let job = to_ojs_job(object("PUSH", payload)?)?;
             let len = encoded_len(&job);
             plain(Command::Push {
-                job,
+                job: Box::new(intake.job(job, len)?),
                 len,
                 resend: true,
             })
         }
-        "PUSHB" => push_batch(payload),
+        "PUSHB" => push_batch(payload, intake),
         "FETCH" => {
             let queues = payload
                 .split_whitespace()
@@ -198,7 +199,7 @@ fn fail(obj: Map<String, Value>) -> OjsResult<Command> {
 }
 
 /// PUSHB: each job on its own; the refused ones are reported by jid.
-fn push_batch(payload: &str) -> OjsResult<(Command, Render)> {
+fn push_batch(payload: &str, intake: &Intake) -> OjsResult<(Command, Render)> {
     let jobs = match crate::json::parse(payload.as_bytes()) {
         Ok(Value::Array(a)) => a,
         Ok(_) => return Err(err("PUSHB payload must be a JSON array of jobs")),
@@ -218,11 +219,14 @@ fn push_batch(payload: &str) -> OjsResult<(Command, Render)> {
             Some(Value::String(s)) if check_jid(s).is_ok() => s.clone(),
             _ => format!("{i}"),
         };
-        match to_ojs_job(f) {
+        let checked = to_ojs_job(f).and_then(|job| {
+            let len = encoded_len(&job);
+            intake.job(job, len).map(|j| (j, len))
+        });
+        match checked {
             Ok(job) => {
-                let len = encoded_len(&job);
                 sent.push(jid);
-                valid.push((job, len));
+                valid.push(job);
             }
             Err(e) => {
                 rejected.insert(jid, Value::String(e.message));
