@@ -412,3 +412,58 @@ fn ack_and_nack_replies_carry_the_job() {
         "{nack}"
     );
 }
+
+/// The binding shows `max_attempts` beside `retry` in every job it returns (the SDKs read
+/// it there: the Python SDK reported 3 for a job whose policy said 5), and a request may
+/// give it there too; the TCP dialect's envelope stays ojs-core's.
+#[test]
+fn max_attempts_is_shown_and_taken_beside_retry() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "m.a", "args": [], "options": {"queue": "ma", "retry": {"max_attempts": 5}}}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["job"]["max_attempts"], 5, "{body}");
+    assert_eq!(body["job"]["retry"]["max_attempts"], 5, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let got = send(&a, "GET", &format!("/ojs/v1/jobs/{id}"), "").json();
+    assert_eq!(got["job"]["max_attempts"], 5, "{got}");
+    // The default policy is shown too, and fetched jobs carry it.
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "m.b", "args": [], "options": {"queue": "mb"}}),
+    );
+    assert_eq!(
+        body["job"]["max_attempts"], body["job"]["retry"]["max_attempts"],
+        "{body}"
+    );
+    let job = fetch(&a, "ma", "w1");
+    assert_eq!(job["max_attempts"], 5, "{job}");
+    // Given at the top level, it is the policy's.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "m.c", "args": [], "max_attempts": 7}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["job"]["retry"]["max_attempts"], 7, "{body}");
+    assert_eq!(body["job"]["max_attempts"], 7, "{body}");
+    let listed = send(&a, "GET", "/ojs/v1/admin/jobs?queue=default", "").json();
+    assert_eq!(listed["items"][0]["max_attempts"], 7, "{listed}");
+    // Both, disagreeing: refused.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "m.d", "args": [], "max_attempts": 2, "options": {"retry": {"max_attempts": 4}}}),
+    );
+    assert_eq!(status, 400, "{body}");
+    // Over TCP it is taken the same way, and the envelope keeps ojs-core's shape.
+    let mut c = srv.client();
+    let v = common::call_json(&mut c, r#"PUSH {"type":"m.e","args":[],"max_attempts":4}"#);
+    assert_eq!(v["retry"]["max_attempts"], 4, "{v}");
+    assert!(v.get("max_attempts").is_none(), "{v}");
+}

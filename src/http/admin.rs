@@ -297,7 +297,7 @@ pub(super) async fn dead_list(
     };
     let per = limit.unwrap_or(parse::DEAD_LIST_DEFAULT as u64);
     Ok(ok_json(&json!({
-        "items": v.jobs,
+        "items": super::jobs::binding_views(v.jobs),
         "pagination": {"total": v.total, "page": page.unwrap_or(1), "per_page": per},
     })))
 }
@@ -322,7 +322,8 @@ pub(super) async fn dead_list_binding(
         other => return Err(ApiError::unexpected(&other)),
     };
     let pagination = super::page::pagination(v.total, req, v.jobs.len());
-    Ok(ok_json(&json!({"jobs": v.jobs, "pagination": pagination})))
+    let jobs = super::jobs::binding_views(v.jobs);
+    Ok(ok_json(&json!({"jobs": jobs, "pagination": pagination})))
 }
 
 /// A dead-letter filter field of a list query into the DEAD LIST object; unknown
@@ -346,7 +347,10 @@ async fn shown(st: &AppState, cmd: Command) -> Res {
         Answer::DeadStats(v) => Ok(ok_json(&v)),
         Answer::DeadRetried(v) => Ok(ok_json(&v)),
         Answer::DeadDeleted(v) => Ok(ok_json(&v)),
-        Answer::Job(j) => Ok(json_response(StatusCode::OK, j.json().to_vec())),
+        Answer::Job(j) => Ok(json_response(
+            StatusCode::OK,
+            super::jobs::binding_view(j).json().to_vec(),
+        )),
         other => Err(ApiError::unexpected(&other)),
     }
 }
@@ -411,7 +415,7 @@ pub(super) async fn jobs(
     let query = parse::jobs_query(&obj)?;
     match call(&st, Command::Jobs(query)).await? {
         Answer::JobPage(p) => Ok(ok_json(&json!({
-            "items": p.jobs,
+            "items": super::jobs::binding_views(p.jobs),
             "pagination": {"total": p.total, "page": page, "per_page": per_page},
         }))),
         other => Err(ApiError::unexpected(&other)),

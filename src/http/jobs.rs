@@ -73,7 +73,45 @@ fn push_cmd(job: Value) -> (Value, usize) {
     (job, len)
 }
 
+/// A job as the binding shows it: the OJS envelope with `max_attempts` beside `retry`
+/// (every example of ojs-http-binding carries it; the SDKs read it there). The envelope's
+/// bytes are kept as they are; only the attribute is added in front.
+pub(super) fn binding_view(view: JobView) -> JobView {
+    #[derive(serde::Deserialize)]
+    struct Max {
+        max_attempts: Option<u64>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        retry: Option<Max>,
+        max_attempts: Option<serde::de::IgnoredAny>,
+    }
+    let json = view.json();
+    let Ok(env) = serde_json::from_slice::<Envelope>(json) else {
+        return view;
+    };
+    let (Some(n), None) = (env.retry.and_then(|r| r.max_attempts), env.max_attempts) else {
+        return view;
+    };
+    let Some(rest) = json.strip_prefix(b"{") else {
+        return view;
+    };
+    let mut out = Vec::with_capacity(json.len() + 24);
+    out.extend_from_slice(format!("{{\"max_attempts\":{n}").as_bytes());
+    if rest.first() != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(rest);
+    JobView::encoded(Bytes::from(out))
+}
+
+/// [`binding_view`] for each job.
+pub(super) fn binding_views(views: Vec<JobView>) -> Vec<JobView> {
+    views.into_iter().map(binding_view).collect()
+}
+
 fn job_body(status: StatusCode, job: &JobView) -> Response {
+    let job = binding_view(job.clone());
     let mut body = Vec::with_capacity(job.json().len() + 8);
     body.extend_from_slice(b"{\"job\":");
     body.extend_from_slice(job.json());
@@ -165,8 +203,9 @@ pub(super) async fn push_batch(
         other => return Err(ApiError::unexpected(&other)),
     };
     let mut body = b"{\"jobs\":".to_vec();
-    body.extend_from_slice(&envelopes(&views));
-    body.extend_from_slice(format!(",\"count\":{}}}", views.len()).as_bytes());
+    let count = views.len();
+    body.extend_from_slice(&envelopes(&binding_views(views)));
+    body.extend_from_slice(format!(",\"count\":{count}}}").as_bytes());
     Ok(json_response(StatusCode::CREATED, body))
 }
 
@@ -300,14 +339,14 @@ pub(super) async fn fetch(
         other => return Err(ApiError::unexpected(&other)),
     };
     let mut body = b"{\"jobs\":".to_vec();
-    body.extend_from_slice(&envelopes(&jobs));
+    body.extend_from_slice(&envelopes(&binding_views(jobs)));
     body.push(b'}');
     Ok(json_response(StatusCode::OK, body))
 }
 
 /// A job's envelope as a JSON value (for a reply that carries it beside other fields).
 fn envelope_of(view: &JobView) -> Result<Value, ApiError> {
-    serde_json::from_slice(view.json()).map_err(|e| {
+    serde_json::from_slice(binding_view(view.clone()).json()).map_err(|e| {
         ApiError::from(OjsError::new(
             ErrorCode::BackendError,
             format!("job envelope: {e}"),

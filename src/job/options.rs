@@ -76,5 +76,34 @@ pub fn fold<E>(
         };
         req.insert(key, value);
     }
+    top_level_max_attempts(&mut req, &err)?;
     Ok(req)
+}
+
+/// The binding's examples carry `max_attempts` beside `retry` (and its replies show it
+/// there): taken as `retry.max_attempts`, which must then say the same if it is given too.
+fn top_level_max_attempts<E>(
+    req: &mut Map<String, Value>,
+    err: &impl Fn(String) -> E,
+) -> Result<(), E> {
+    let n = match req.remove("max_attempts") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(n) => n,
+    };
+    let retry = req.entry("retry").or_insert_with(|| json!({}));
+    let Value::Object(r) = retry else {
+        return Err(err("retry must be a JSON object".into()));
+    };
+    match r.get("max_attempts") {
+        None | Some(Value::Null) => {
+            r.insert("max_attempts".into(), n);
+        }
+        Some(given) if *given == n => {}
+        Some(given) => {
+            return Err(err(format!(
+                "max_attempts ({n}) and retry.max_attempts ({given}) differ"
+            )))
+        }
+    }
+    Ok(())
 }

@@ -367,7 +367,7 @@ fn parse_fetch(payload: &str) -> OjsResult<Command> {
 /// folded into the envelope, as HTTP PUSH does, instead of kept as an unknown attribute.
 fn with_options(job: Value) -> OjsResult<Value> {
     match job {
-        Value::Object(m) if m.contains_key("options") => {
+        Value::Object(m) if m.contains_key("options") || m.contains_key("max_attempts") => {
             crate::job::options::fold(m, |msg| OjsError::new(ErrorCode::InvalidPayload, msg))
                 .map(Value::Object)
         }
