@@ -126,6 +126,13 @@ fn fail_then_info_and_beat_directives() {
     assert_eq!(info["server"]["faktory_version"], "1.9.4");
     assert!(info["server"]["description"].is_string());
     assert_eq!(info["faktory"]["tasks"]["Retries"]["size"], 1, "{info}");
+    // Faktory's web UI serves the same document at /stats, for monitoring that scrapes it.
+    let stats = common::http::send(&s.http_addr, "GET", "/stats", "");
+    assert_eq!(stats.status, 200);
+    let stats = stats.json();
+    assert_eq!(stats["faktory"]["tasks"]["Retries"]["size"], 1, "{stats}");
+    assert_eq!(stats["server"]["faktory_version"], "1.9.4", "{stats}");
+    assert_eq!(stats["faktory"]["total_failures"], 1, "{stats}");
     assert_eq!(c.call(r#"BEAT {"wid":"w-beat"}"#), "+OK");
     o.call("WORKER QUIET w-beat").unwrap();
     assert_eq!(

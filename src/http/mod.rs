@@ -186,6 +186,7 @@ fn routes() -> Router<AppState> {
         .route("/ojs/v1/events", get(poll::poll))
         .route("/ojs/v1/ws", get(ws::upgrade))
         .route("/metrics", get(system::metrics))
+        .route("/stats", get(system::faktory_stats))
         .route("/ojs/v1/cron", get(cron::list))
         .route("/ojs/v1/cron/{name}", get(cron::get_one))
         .route("/ojs/v1/workflows", get(workflows::list))

@@ -93,3 +93,18 @@ pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     );
     Ok(resp)
 }
+
+/// `GET /stats`: the document Faktory's web UI serves there (its INFO document: totals,
+/// queues by the names Faktory clients wrote, sets), for monitoring written for Faktory.
+pub async fn faktory_stats(State(st): State<AppState>) -> Result<Response, ApiError> {
+    match st.engine.call(None, Command::Info).await? {
+        Answer::Info(info) => {
+            let doc = crate::protocol::faktory::info_document(&info);
+            Ok(json_response(
+                StatusCode::OK,
+                serde_json::to_vec(&doc).unwrap_or_default(),
+            ))
+        }
+        other => Err(ApiError::unexpected(&other)),
+    }
+}

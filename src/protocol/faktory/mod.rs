@@ -367,7 +367,7 @@ pub fn render(how: Render, a: Answered) -> Reply {
 
 /// INFO in Faktory's shape: `faktory.queues`, `faktory.tasks`, `faktory.sets`, totals,
 /// `server`; queue names as Faktory wrote them.
-fn info_document(info: &Info) -> Value {
+pub fn info_document(info: &Info) -> Value {
     use crate::job::State;
     let mut queues = Map::new();
     for q in &info.queues.0 {
