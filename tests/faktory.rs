@@ -494,3 +494,37 @@ fn faktory_queue_names_show_and_filter_as_written() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(f.json("FETCH Critical_Q")["jid"], "named-000001");
 }
+
+/// A Faktory jobtype and queue show as written in the admin job listing and the CLI, and
+/// filter by that name; the job's own resource keeps its OJS names.
+#[test]
+fn faktory_type_names_show_as_written_in_listings_and_the_cli() {
+    let s = start();
+    let mut f = Conn::open(&s.faktory_addr, None);
+    let job = json!({"jid": "typed-000001", "jobtype": "SendEmail", "args": [], "queue": "Mail_Q"});
+    assert_eq!(f.call(&format!("PUSH {job}")), "+OK");
+    let h = common::http::get(&s.http_addr, "/ojs/v1/admin/jobs?queue=Mail_Q");
+    let items = h.json()["items"].clone();
+    assert_eq!(items[0]["type"], "SendEmail", "{items}");
+    assert_eq!(items[0]["queue"], "Mail_Q", "{items}");
+    let id = ojsd::protocol::faktory::ojs_id("typed-000001");
+    let own = common::http::get(&s.http_addr, &format!("/ojs/v1/jobs/{id}")).json();
+    assert!(
+        own["job"]["type"].as_str().unwrap().starts_with("fk."),
+        "{own}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ojsd"))
+        .args(["jobs", "--queue", "Mail_Q"])
+        .env("OJSD_ADDR", &s.addr)
+        .env_remove("OJSD_PASSWORD")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("SendEmail") && text.contains("Mail_Q"),
+        "{text}"
+    );
+    let fetched = f.json("FETCH Mail_Q");
+    assert_eq!(fetched["jobtype"], "SendEmail");
+}

@@ -22,10 +22,11 @@ pub(super) fn jobs(conn: &Conn, queue: Option<String>, state: Option<String>, pa
     }
     let mut t = Table::new(&["id", "type", "queue", "state", "attempt", "created"]);
     for j in v["jobs"].as_array().into_iter().flatten() {
+        // Names as their clients wrote them (a Faktory client's `SendEmail`).
         t.row(vec![
             s(&j["id"]),
-            s(&j["type"]),
-            s(&j["queue"]),
+            crate::protocol::faktory::faktory_type(&s(&j["type"])),
+            crate::protocol::faktory::faktory_queue(&s(&j["queue"])),
             s(&j["state"]),
             s(&j["attempt"]),
             s(&j["created_at"]),

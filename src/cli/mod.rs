@@ -401,8 +401,8 @@ fn dead(conn: &Conn, action: DeadAction) -> Res {
                 let e = &j["error"];
                 t.row(vec![
                     s(&j["id"]),
-                    s(&j["type"]),
-                    s(&j["queue"]),
+                    crate::protocol::faktory::faktory_type(&s(&j["type"])),
+                    crate::protocol::faktory::faktory_queue(&s(&j["queue"])),
                     s(&j["attempt"]),
                     s(&j["discarded_at"]),
                     format!("{}: {}", s(&e["type"]), s(&e["message"])),

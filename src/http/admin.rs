@@ -297,7 +297,7 @@ pub(super) async fn dead_list(
     };
     let per = limit.unwrap_or(parse::DEAD_LIST_DEFAULT as u64);
     Ok(ok_json(&json!({
-        "items": super::jobs::binding_views(v.jobs),
+        "items": listed(v.jobs),
         "pagination": {"total": v.total, "page": page.unwrap_or(1), "per_page": per},
     })))
 }
@@ -339,6 +339,25 @@ fn dead_filter_param(obj: &mut Map<String, Value>, k: &str, v: &str) {
         }
         _ => {}
     }
+}
+
+/// Jobs as the admin listings show them: the binding's envelope, with `type` and `queue` as
+/// their clients wrote them (a Faktory client's `SendEmail`, not its escaped OJS name).
+fn listed(views: Vec<crate::engine::api::JobView>) -> Vec<Value> {
+    views
+        .into_iter()
+        .map(|v| {
+            let v = super::jobs::binding_view(v);
+            match serde_json::from_slice::<Value>(v.json()) {
+                Ok(Value::Object(mut m)) => {
+                    crate::protocol::faktory::written_names(&mut m);
+                    Value::Object(m)
+                }
+                Ok(other) => other,
+                Err(_) => Value::Null,
+            }
+        })
+        .collect()
 }
 
 /// A command whose answer is shown as it is (its typed document, or a job).
@@ -415,7 +434,7 @@ pub(super) async fn jobs(
     let query = parse::jobs_query(&obj)?;
     match call(&st, Command::Jobs(query)).await? {
         Answer::JobPage(p) => Ok(ok_json(&json!({
-            "items": super::jobs::binding_views(p.jobs),
+            "items": listed(p.jobs),
             "pagination": {"total": p.total, "page": page, "per_page": per_page},
         }))),
         other => Err(ApiError::unexpected(&other)),

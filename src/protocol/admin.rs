@@ -106,8 +106,8 @@ pub fn dead_filter(verb: &str, obj: &Map<String, Value>) -> OjsResult<DeadFilter
         )));
     }
     Ok(DeadFilter {
-        queue: text(verb, obj, "queue")?,
-        job_type: text(verb, obj, "type")?,
+        queue: text(verb, obj, "queue")?.map(super::faktory::queue_ref),
+        job_type: text(verb, obj, "type")?.map(super::faktory::type_ref),
         error_type: text(verb, obj, "error_type")?,
         since: time(verb, obj, "since")?,
         until: until.or(older),
@@ -391,7 +391,7 @@ pub fn jobs_query(obj: &Map<String, Value>) -> OjsResult<JobsQuery> {
     };
     let num = |k: &str, default: usize, max: usize| page_num(verb, obj, k, default, max);
     Ok(JobsQuery {
-        queue: text("queue")?,
+        queue: text("queue")?.map(super::faktory::queue_ref),
         state,
         limit: num("limit", DEAD_LIST_DEFAULT, DEAD_LIST_MAX)?,
         offset: num("offset", 0, usize::MAX)?,

@@ -12,7 +12,9 @@ mod job;
 mod names;
 
 pub use job::{check_jid, job_ref, ojs_id, to_faktory_job, to_ojs_job, MAX_JID_BYTES};
-pub use names::{faktory_queue, faktory_type, ojs_queue, ojs_type, queue_ref};
+pub use names::{
+    faktory_queue, faktory_type, ojs_queue, ojs_type, queue_ref, type_ref, written_names,
+};
 
 use crate::engine::api::{QueueList, QueueStats};
 

@@ -133,6 +133,28 @@ pub fn queue_ref(name: String) -> String {
     ojs_queue(&name).unwrap_or(name)
 }
 
+/// A job type as an operator names it on any port: an OJS type as it is; a name only
+/// Faktory allows (`SendEmail`) as the type the Faktory port files it under.
+pub fn type_ref(name: String) -> String {
+    if crate::job::validate::is_valid_job_type(&name) {
+        return name;
+    }
+    ojs_type(&name).unwrap_or(name)
+}
+
+/// A job envelope's `type` and `queue` as the client wrote them: the Faktory names of the
+/// escaped ones (`fk.x_53end_45mail` → `SendEmail`), others unchanged. For the admin
+/// listings, the CLI and the dashboard; the job's own resource keeps its OJS names.
+pub fn written_names(job: &mut serde_json::Map<String, serde_json::Value>) {
+    use serde_json::Value;
+    if let Some(Value::String(t)) = job.get_mut("type") {
+        *t = faktory_type(t);
+    }
+    if let Some(Value::String(q)) = job.get_mut("queue") {
+        *q = faktory_queue(q);
+    }
+}
+
 /// The OJS job type of a Faktory jobtype.
 pub fn ojs_type(jobtype: &str) -> OjsResult<String> {
     if jobtype.is_empty() {
