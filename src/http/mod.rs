@@ -215,6 +215,7 @@ fn routes() -> Router<AppState> {
         .route("/ojs/v1/workflows/{id}/cancel", post(workflows::cancel))
         .route("/ojs/v1/jobs/{id}", delete(jobs::cancel))
         .route("/ojs/v1/jobs/{id}/activate", post(jobs::activate))
+        .route("/ojs/v1/admin/jobs/{id}/retry", post(jobs::retry_now))
         .route("/ojs/v1/queues/{name}/pause", post(queues::pause))
         .route("/ojs/v1/queues/{name}/resume", post(queues::resume))
         .route("/ojs/v1/admin/queues/{name}/pause", post(admin::pause))
