@@ -86,6 +86,8 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// `--body-timeout-ms`: time for a request's whole body after its headers ([`body`]).
     pub body_timeout: Duration,
+    /// The OJS TCP listener's port, which whoami tells the dashboard (its first-job help).
+    pub tcp_port: Option<u16>,
 }
 
 impl Default for HttpConfig {
@@ -105,6 +107,7 @@ impl Default for HttpConfig {
                 crate::job::validate::DEFAULT_MAX_JOB_BYTES,
             ),
             body_timeout: Duration::from_millis(body::DEFAULT_BODY_TIMEOUT_MS),
+            tcp_port: None,
         }
     }
 }
@@ -294,6 +297,7 @@ async fn whoami(
     let body = serde_json::json!({
         "role": role.as_str(),
         "authenticated": !st.cfg.tokens.is_open(),
+        "tcp_port": st.cfg.tcp_port,
     });
     json_response(
         StatusCode::OK,
