@@ -544,6 +544,7 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
                     max_body_bytes: max_body_bytes(&args),
                     body_timeout: Duration::from_millis(args.body_timeout_ms),
                     auth_failures: auth_failures.clone(),
+                    tcp_port: Some(local.port()),
                 };
                 Some(tokio::spawn(ojsd::http::serve(l, handle.clone(), cfg)))
             }

@@ -126,3 +126,91 @@ fn http_routes() {
     );
     assert_eq!(status, 404);
 }
+
+/// Every entry lists its next five runs (`next_runs`): the first is `next_run_at`, each is
+/// one the schedule fires at (09:00 Berlin time on each weekday in turn; every 90 s from
+/// `next_run_at` for `@every`), and none while disabled.
+#[test]
+fn entries_list_their_next_runs() {
+    use chrono::{Datelike, Timelike, Weekday};
+    let srv = Server::start();
+    let a = srv.http_addr.as_str();
+    let def = json!({"name": "weekday", "cron": "0 9 * * MON-FRI", "timezone": "Europe/Berlin",
+                     "type": "report.generate", "args": []});
+    let (status, body) = http_send(a, "POST", "/ojs/v1/cron", &def.to_string());
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["cron_job"]["next_runs"].as_array().map(Vec::len),
+        Some(5)
+    );
+    let every = json!({"name": "often", "cron": "@every 90s", "type": "tick", "args": []});
+    assert_eq!(
+        http_send(a, "POST", "/ojs/v1/cron", &every.to_string()).0,
+        201
+    );
+
+    let list = http::get(a, "/ojs/v1/cron").json();
+    let entry = |name: &str| {
+        list["cron_jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let weekday = entry("weekday");
+    let runs: Vec<_> = weekday["next_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ts)
+        .collect();
+    assert_eq!(runs.len(), 5, "{weekday}");
+    assert_eq!(runs[0], ts(&weekday["next_run_at"]));
+    let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
+    for (i, r) in runs.iter().enumerate() {
+        let local = r.with_timezone(&berlin);
+        assert_eq!(
+            (local.hour(), local.minute(), local.second()),
+            (9, 0, 0),
+            "{r}"
+        );
+        assert!(
+            !matches!(local.weekday(), Weekday::Sat | Weekday::Sun),
+            "{r}"
+        );
+        if i > 0 {
+            assert!(runs[i - 1] < *r);
+            // Consecutive weekdays: no weekday is left out.
+            let gap =
+                (local.date_naive() - runs[i - 1].with_timezone(&berlin).date_naive()).num_days();
+            let expect = if local.weekday() == Weekday::Mon {
+                3
+            } else {
+                1
+            };
+            assert_eq!(gap, expect, "{runs:?}");
+        }
+    }
+    let often = entry("often");
+    let runs: Vec<_> = often["next_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ts)
+        .collect();
+    assert_eq!(runs.len(), 5, "{often}");
+    assert_eq!(runs[0], ts(&often["next_run_at"]));
+    for w in runs.windows(2) {
+        assert_eq!((w[1] - w[0]).num_milliseconds(), 90_000, "{runs:?}");
+    }
+
+    let (_, body) = http_send(a, "PATCH", "/ojs/v1/cron/weekday", r#"{"enabled": false}"#);
+    assert_eq!(body["cron_job"]["next_runs"], json!([]), "{body}");
+    let one = http::get(a, "/ojs/v1/cron/often").json();
+    assert_eq!(
+        one["cron_job"]["next_runs"].as_array().map(Vec::len),
+        Some(5)
+    );
+}

@@ -5,7 +5,7 @@
 mod common;
 
 use common::http::send;
-use common::{push_id, test_job, wait_for_blocked_fetches, Server};
+use common::{call_ok, fetch_one, id_of, push_id, test_job, wait_for_blocked_fetches, Server};
 use serde_json::{json, Value};
 
 fn post(addr: &str, path: &str, body: Value) -> (u16, Value) {
@@ -102,4 +102,94 @@ fn ack_cancel_and_activate_answer_the_changed_job_and_a_refused_change_is_a_409(
     let r = send(&a, "DELETE", &format!("/ojs/v1/jobs/{pending}"), "");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["job"]["state"], "cancelled", "{}", r.text());
+}
+
+/// Retry now / run now: a retrying job (an hour of backoff left) and a scheduled one (due
+/// in an hour) become available at once, keeping their attempt and error history, and a
+/// worker gets them; a dead one goes back too. Any other state is a 409 naming it, an
+/// unknown id a 404.
+#[test]
+fn retry_now_makes_a_waiting_job_available_at_once() {
+    let srv = Server::start_with(&["--fetch-wait-ms", "200"]);
+    let a = srv.http_addr.clone();
+    let mut c = srv.client();
+    let retry = json!({"retry": {"max_attempts": 5, "initial_interval": "PT1H",
+        "max_interval": "PT2H", "jitter": false}});
+    let retrying = push_id(&mut c, &test_job("rn", retry));
+    assert_eq!(id_of(&fetch_one(&mut c, "rn")), retrying);
+    call_ok(
+        &mut c,
+        &format!(r#"FAIL {{"id":"{retrying}","error":{{"type":"Timeout","message":"slow"}}}}"#),
+    );
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let scheduled = push_id(&mut c, &test_job("rn", json!({"scheduled_at": later})));
+    let dead = push_id(
+        &mut c,
+        &test_job("rn-dead", json!({"retry": {"max_attempts": 1}})),
+    );
+    assert_eq!(id_of(&fetch_one(&mut c, "rn-dead")), dead);
+    call_ok(
+        &mut c,
+        &format!(r#"FAIL {{"id":"{dead}","error":{{"type":"Bad","message":"no"}}}}"#),
+    );
+    assert!(c.fetch(&["rn"]).unwrap().is_none(), "nothing is due yet");
+
+    let r = send(
+        &a,
+        "POST",
+        &format!("/ojs/v1/admin/jobs/{retrying}/retry"),
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let job = &r.json()["job"];
+    assert_eq!(
+        (job["state"].clone(), job["attempt"].clone()),
+        (json!("available"), json!(1)),
+        "{job}"
+    );
+    assert_eq!(
+        job["errors"][0]["message"], "slow",
+        "the history is kept: {job}"
+    );
+    let got = fetch_one(&mut c, "rn");
+    assert_eq!(
+        (id_of(&got), got["attempt"].clone()),
+        (retrying.clone(), json!(2))
+    );
+
+    let r = send(
+        &a,
+        "POST",
+        &format!("/ojs/v1/admin/jobs/{scheduled}/retry"),
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["job"]["state"], "available", "{}", r.text());
+    assert_eq!(id_of(&fetch_one(&mut c, "rn")), scheduled);
+
+    let r = send(&a, "POST", &format!("/ojs/v1/admin/jobs/{dead}/retry"), "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["job"]["state"], "available", "{}", r.text());
+
+    // The scheduled job is active now: refused, naming the state; so is an available one.
+    let r = send(
+        &a,
+        "POST",
+        &format!("/ojs/v1/admin/jobs/{scheduled}/retry"),
+        "",
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["details"]["current_state"], "active");
+    let r = send(&a, "POST", &format!("/ojs/v1/admin/jobs/{dead}/retry"), "");
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["details"]["current_state"], "available");
+    let r = send(
+        &a,
+        "POST",
+        "/ojs/v1/admin/jobs/00000000-0000-7000-8000-000000000000/retry",
+        "",
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    let r = send(&a, "POST", "/ojs/v1/admin/jobs/%00%ff/retry", "");
+    assert!(r.status == 404 || r.status == 400, "{}", r.text());
 }

@@ -315,7 +315,12 @@ fn an_open_server_is_admin_for_everyone() {
     let srv = Server::start();
     let r = request(&srv.http_addr, "GET", "/ojs/v1/whoami", &[]);
     assert_eq!(r.status, 200);
-    assert_eq!(r.json(), json!({"role": "admin", "authenticated": false}));
+    // And the TCP port, for the dashboard's first-job help.
+    let port: u16 = srv.addr.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(
+        r.json(),
+        json!({"role": "admin", "authenticated": false, "tcp_port": port})
+    );
     let mut c = Conn::open(&srv.addr, None, None).unwrap();
     c.json(&push_line("q"));
     assert_eq!(c.json(PURGE)["purged_count"], 1);
@@ -366,9 +371,10 @@ fn a_password_alone_is_an_admin_token() {
     assert_eq!(f.call("FLUSH"), "+OK");
     let e = Conn::open(&srv.addr, Some("pw2"), None).err().unwrap();
     assert!(e.starts_with("-ERR UNAUTHENTICATED"), "{e}");
+    let port: u16 = srv.addr.rsplit(':').next().unwrap().parse().unwrap();
     assert_eq!(
         whoami(&srv, "pw"),
-        json!({"role": "admin", "authenticated": true})
+        json!({"role": "admin", "authenticated": true, "tcp_port": port})
     );
     let r = send_as(
         &srv.http_addr,

@@ -10,14 +10,17 @@
 //!
 //! Beside the binding's keys each answer carries the conformance suite's (PROTOCOL.md §14
 //! reading 12): `cron` beside `cron_job`, `crons` beside `cron_jobs`, and in every entry
-//! `expression` beside `cron`.
+//! `expression` beside `cron`. Every entry also lists `next_runs`: its next
+//! [`NEXT_RUNS`] firing times from `next_run_at` on (empty while disabled).
 //!
 //! Each is one engine command (`CRON ...`), so the TCP and HTTP views never differ.
 
 use super::error::ApiError;
 use super::{json_response, AppState};
+use crate::cron::Schedule;
 use crate::engine::api::CronJob;
 use crate::engine::Answer;
+use crate::job::{format_ts, parse_ts};
 use crate::protocol::cron::{CronCmd, MAX_LIST};
 use crate::protocol::Command;
 use axum::body::Bytes;
@@ -46,12 +49,43 @@ fn ok(status: StatusCode, v: &impl serde::Serialize) -> Response {
     json_response(status, serde_json::to_vec(v).unwrap_or_default())
 }
 
-/// An entry with the conformance suite's `expression` beside the binding's `cron`.
+/// How many coming runs an entry's `next_runs` lists, `next_run_at` first.
+pub const NEXT_RUNS: usize = 5;
+
+/// An entry's next [`NEXT_RUNS`] firing times from its `next_run_at` on, by the schedule
+/// code the engine fires with (DST gaps passed over as the engine does; an `@every`
+/// interval counts from `next_run_at`, which lies on its grid). Empty while disabled.
+fn next_runs(entry: &Value) -> Vec<String> {
+    let Some(first) = entry["next_run_at"].as_str().and_then(parse_ts) else {
+        return Vec::new();
+    };
+    let mut runs = vec![first];
+    let expr = entry["cron"].as_str().unwrap_or_default();
+    let zone = entry["timezone"].as_str().unwrap_or("UTC");
+    if let Ok(schedule) = Schedule::parse(expr, zone) {
+        while runs.len() < NEXT_RUNS {
+            let last = runs[runs.len() - 1];
+            let next = schedule
+                .next_after(last, false, first)
+                .and_then(|occ| schedule.next_fire(occ, first));
+            match next {
+                Some(at) if at > last => runs.push(at),
+                _ => break,
+            }
+        }
+    }
+    runs.into_iter().map(format_ts).collect()
+}
+
+/// An entry with the conformance suite's `expression` beside the binding's `cron`, and its
+/// `next_runs`.
 fn with_expression(entry: &mut Value) {
+    let runs = next_runs(entry);
     if let Some(m) = entry.as_object_mut() {
         if let Some(expr) = m.get("cron").cloned() {
             m.entry("expression").or_insert(expr);
         }
+        m.insert("next_runs".into(), json!(runs));
     }
 }
 
@@ -96,9 +130,23 @@ pub async fn list(
     match call(&st, cmd).await? {
         Answer::CronPage(page) => {
             let mut v = serde_json::to_value(&page).unwrap_or_default();
-            if let Some(entries) = v["cron_jobs"].as_array_mut() {
-                entries.iter_mut().for_each(with_expression);
-            }
+            // Up to MAX_LIST entries' schedules searched: off the async workers.
+            let entries = v["cron_jobs"].take();
+            v["cron_jobs"] = tokio::task::spawn_blocking(move || {
+                let mut entries = entries;
+                if let Some(list) = entries.as_array_mut() {
+                    list.iter_mut().for_each(with_expression);
+                }
+                entries
+            })
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "BACKEND_ERROR",
+                    format!("listing cron jobs: {e}"),
+                )
+            })?;
             v["crons"] = v["cron_jobs"].clone();
             let p = &page.pagination;
             v["pagination"] = super::page::pagination(p.total, req, page.cron_jobs.len());

@@ -41,6 +41,16 @@ const ASSETS: &[Asset] = &[
         content_type: "text/javascript; charset=utf-8",
     },
     Asset {
+        name: "jobs.js",
+        body: include_bytes!("dashboard/jobs.js"),
+        content_type: "text/javascript; charset=utf-8",
+    },
+    Asset {
+        name: "workflows.js",
+        body: include_bytes!("dashboard/workflows.js"),
+        content_type: "text/javascript; charset=utf-8",
+    },
+    Asset {
         name: "app.css",
         body: include_bytes!("dashboard/app.css"),
         content_type: "text/css; charset=utf-8",

@@ -8,6 +8,7 @@
 //! | `GET /ojs/v1/jobs/{id}` | JOB | `200 {"job"}` |
 //! | `DELETE /ojs/v1/jobs/{id}` | CANCEL | `200 {"job"}`; `409` once terminal (the binding) |
 //! | `POST /ojs/v1/jobs/{id}/activate` | ACTIVATE | `200 {"job"}` |
+//! | `POST /ojs/v1/admin/jobs/{id}/retry` | MUTATE requeue of that id (retryable, scheduled), DEAD RETRY (discarded) | `200 {"job"}`; `409` in any other state |
 //! | `POST /ojs/v1/workers/fetch` | FETCH (waits up to `wait_ms`, at most `--fetch-wait-ms`) | `200 {"jobs": [...]}` |
 //! | `POST /ojs/v1/workers/ack` | ACK | `200 {"acknowledged", "job_id", "id", "state", "completed_at", "job"}` |
 //! | `POST /ojs/v1/workers/nack` | FAIL | `200 {"job_id", "id", "state", "attempt", "max_attempts", "next_attempt_at"/"discarded_at", "retry_delay_ms", "job"}` |
@@ -23,6 +24,7 @@ use crate::engine::api::JobView;
 use crate::engine::Answer;
 use crate::error::{ErrorCode, OjsError};
 use crate::job::State;
+use crate::protocol::admin::{DeadCmd, JobSet, MutateCmd, MutateOp, SetFilter};
 use crate::protocol::command::BeatReport;
 use crate::protocol::command::WorkerDirective;
 use crate::protocol::faktory::job_ref;
@@ -238,6 +240,48 @@ pub(super) async fn activate(
     let cmd = Command::Activate { id: id.clone() };
     let job = changed(&st, None, &id, cmd, "a pending job").await?;
     Ok(job_body(StatusCode::OK, &job))
+}
+
+/// `POST /ojs/v1/admin/jobs/{id}/retry` (ojs-admin-api §7.4): run a waiting job now. A
+/// `retryable` or `scheduled` job becomes `available` at once (MUTATE requeue of that one
+/// id in its set: attempt and error history kept, the backoff or the schedule skipped); a
+/// `discarded` one goes back as `DEAD RETRY` does. Any other state, or a job that left its
+/// set before the change (a retry came due, a worker took it), is a `409` naming the state.
+pub(super) async fn retry_now(
+    AxState(st): AxState<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = job_ref(id);
+    let job = read(&st, &id).await?.job()?;
+    const EXPECTED: &str = "a retryable, scheduled or discarded job";
+    let set = match job.state {
+        State::Retryable => JobSet::Retries,
+        State::Scheduled => JobSet::Scheduled,
+        State::Discarded => {
+            st.engine
+                .call(None, Command::Dead(DeadCmd::Retry(job.id.clone())))
+                .await?;
+            return Ok(job_body(StatusCode::OK, &read(&st, &job.id).await?));
+        }
+        other => return Err(conflict(&id, other, EXPECTED)),
+    };
+    let cmd = Command::Mutate(MutateCmd {
+        op: MutateOp::Requeue,
+        set,
+        filter: SetFilter {
+            ids: Some(vec![job.id.clone()]),
+            ..SetFilter::default()
+        },
+    });
+    let changed = match st.engine.call(None, cmd).await? {
+        Answer::Mutated(m) => m.changed,
+        other => return Err(ApiError::unexpected(&other)),
+    };
+    let now = read(&st, &job.id).await?;
+    if changed == 0 {
+        return Err(conflict(&id, now.job()?.state, EXPECTED));
+    }
+    Ok(job_body(StatusCode::OK, &now))
 }
 
 /// Run a state change and answer the job as that change left it, from the same engine

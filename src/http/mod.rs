@@ -86,6 +86,8 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// `--body-timeout-ms`: time for a request's whole body after its headers ([`body`]).
     pub body_timeout: Duration,
+    /// The OJS TCP listener's port, which whoami tells the dashboard (its first-job help).
+    pub tcp_port: Option<u16>,
 }
 
 impl Default for HttpConfig {
@@ -105,6 +107,7 @@ impl Default for HttpConfig {
                 crate::job::validate::DEFAULT_MAX_JOB_BYTES,
             ),
             body_timeout: Duration::from_millis(body::DEFAULT_BODY_TIMEOUT_MS),
+            tcp_port: None,
         }
     }
 }
@@ -216,6 +219,7 @@ fn routes() -> Router<AppState> {
         .route("/ojs/v1/workflows/{id}/cancel", post(workflows::cancel))
         .route("/ojs/v1/jobs/{id}", delete(jobs::cancel))
         .route("/ojs/v1/jobs/{id}/activate", post(jobs::activate))
+        .route("/ojs/v1/admin/jobs/{id}/retry", post(jobs::retry_now))
         .route("/ojs/v1/queues/{name}/pause", post(queues::pause))
         .route("/ojs/v1/queues/{name}/resume", post(queues::resume))
         .route("/ojs/v1/admin/queues/{name}/pause", post(admin::pause))
@@ -294,6 +298,7 @@ async fn whoami(
     let body = serde_json::json!({
         "role": role.as_str(),
         "authenticated": !st.cfg.tokens.is_open(),
+        "tcp_port": st.cfg.tcp_port,
     });
     json_response(
         StatusCode::OK,

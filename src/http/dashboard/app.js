@@ -1,7 +1,8 @@
 // The ojsd dashboard's core: the API with the Bearer token, what the token's role allows
 // (GET /ojs/v1/whoami: only an admin token gets action buttons), safe DOM building, the hash
 // router, the live event stream (SSE read with fetch, so it carries the token, resuming
-// from Last-Event-ID) and coalesced re-rendering. The pages are in pages.js.
+// from Last-Event-ID) and coalesced re-rendering. The pages are in pages.js, jobs.js and
+// workflows.js.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -32,6 +33,19 @@ const svgEl = (tag, attrs = {}, ...children) => {
 const stateBadge = (s) => el("span", { class: `state ${s}` }, s);
 const fmtTime = (t) => (t ? new Date(t).toLocaleString() : "—");
 const fmtNum = (n) => (n == null ? "—" : Number(n).toLocaleString());
+
+/** A duration in milliseconds in the unit a person reads best: "850 ms", "4.2 s",
+ *  "1.7 min", "3.5 h" (one decimal below 10 of the unit, none above). */
+function fmtMs(ms) {
+  if (ms == null || !Number.isFinite(Number(ms))) return "—";
+  const v = Number(ms), a = Math.abs(v);
+  const num = (x) => (Math.abs(x) >= 10 ? Math.round(x) : Math.round(x * 10) / 10).toLocaleString();
+  if (a < 1000) return `${Math.round(v)} ms`;
+  // Rounded up to the next unit where a rounded value would read "60 s" or "60 min".
+  if (a < 59950) return `${num(v / 1000)} s`;
+  if (a < 3597e3) return `${num(v / 60e3)} min`;
+  return `${num(v / 3600e3)} h`;
+}
 
 // ---- the API -------------------------------------------------------------------------
 
@@ -96,9 +110,13 @@ async function api(method, path, body) {
 /** The role of the token in use (admin, producer, worker, observer); null until known. */
 let role = null;
 
+/** What whoami says beside the role: the TCP port (`tcp_port`), for the first-job help. */
+let whoami = {};
+
 /** Ask the server which role the token has, and show it in the header. */
 async function learnRole() {
   const me = await api("GET", "/ojs/v1/whoami");
+  whoami = me;
   role = me.role;
   document.body.dataset.role = role;
   const badge = $("#role");
@@ -197,7 +215,7 @@ function parseHash() {
 
 async function show() {
   const route = parseHash();
-  const page = pages[route.name] || pages.overview;
+  const page = Object.hasOwn(pages, route.name) ? pages[route.name] : pages.notfound;
   current = { route, page };
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.getAttribute("href").slice(2).split("?")[0] === route.name);
@@ -243,10 +261,12 @@ function action(label, fn, cls) {
   return b;
 }
 
-function table(headers, rows) {
-  return el("table", {},
+/** A table in a container of its own that scrolls sideways when the table is wider than
+ *  the screen (a phone), so the page itself never does. */
+function table(headers, rows, attrs = {}) {
+  return el("div", { class: "table-wrap" }, el("table", attrs,
     el("thead", {}, el("tr", {}, headers.map((h) => el("th", { class: h.num ? "num" : undefined }, h.label ?? h)))),
-    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted" }, "nothing here"))));
+    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted" }, "nothing here")))));
 }
 
 window.addEventListener("hashchange", show);
