@@ -275,6 +275,17 @@ pub struct Engine {
 /// An engine iteration this long is logged with what it did (a stall everyone waits for).
 const SLOW_ITERATION: Duration = Duration::from_millis(10);
 
+/// CPU time the calling thread has used: set beside an iteration's wall time, it tells a
+/// slow iteration that worked (CPU ≈ wall) from one that waited (for the disk, or for a
+/// core another thread held: CPU ≪ wall).
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
 /// Reports of slow iterations, at most one a second (the others are counted).
 #[derive(Default)]
 struct SlowLog {
@@ -431,6 +442,7 @@ impl Engine {
             }
             self.now = self.clock.now();
             let began = Instant::now();
+            let began_cpu = thread_cpu();
             let messages = batch.len();
             let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
             for msg in batch {
@@ -495,6 +507,9 @@ impl Engine {
                 tracing::warn!(
                     also_slow_since_last_report = std::mem::take(&mut self.slow.unlogged),
                     total_ms = ms(total),
+                    // The engine thread's CPU in the iteration: well under total_ms means
+                    // it waited (an fsync, a store write, or a core taken by other threads).
+                    cpu_ms = ms(thread_cpu().saturating_sub(began_cpu)),
                     messages,
                     apply_ms = ms(applied),
                     upkeep_ms = ms(upkept - applied),
