@@ -78,3 +78,72 @@ fn a_misspelt_environment_variable_is_named_with_the_one_meant() {
         "{text}"
     );
 }
+
+/// Every admin subcommand (and theirs, recursively): each flag and argument has a
+/// description, and `--json` says what it prints there (only `tail` prints events).
+#[test]
+fn every_subcommand_argument_has_a_description() {
+    fn help(path: &[String]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_ojsd"))
+            .args(path)
+            .arg("--help")
+            .output()
+            .expect("run ojsd help");
+        assert!(out.status.success(), "ojsd {path:?} --help");
+        String::from_utf8(out.stdout).unwrap()
+    }
+    fn subcommands(text: &str) -> Vec<String> {
+        let Some(at) = text.find("\nCommands:\n") else {
+            return Vec::new();
+        };
+        text[at + 11..]
+            .lines()
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| *c != "help")
+            .map(str::to_string)
+            .collect()
+    }
+    let mut todo: Vec<Vec<String>> = subcommands(&help(&[]))
+        .into_iter()
+        .map(|c| vec![c])
+        .collect();
+    let (mut checked, mut missing) = (0, Vec::new());
+    while let Some(path) = todo.pop() {
+        let text = help(&path);
+        for sub in subcommands(&text) {
+            let mut p = path.clone();
+            p.push(sub);
+            todo.push(p);
+        }
+        for l in text.lines() {
+            let t = l.trim_start();
+            let is_arg = l.starts_with("  ") && (t.starts_with('-') || t.starts_with('<'));
+            if !is_arg || t.starts_with("-h, --help") {
+                continue;
+            }
+            checked += 1;
+            // The spec and its description are separated by at least two spaces.
+            let described = t
+                .split("  ")
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .nth(1)
+                .is_some_and(|d| !d.starts_with('['));
+            if !described {
+                missing.push(format!("ojsd {}: {}", path.join(" "), t.trim()));
+            }
+            if t.starts_with("--json") {
+                let tail = path == ["tail"];
+                assert_eq!(t.contains("event"), tail, "ojsd {path:?}: {t}");
+                assert!(!t.contains("tail"), "ojsd {path:?}: {t}");
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "no description:\n{}",
+        missing.join("\n")
+    );
+    assert!(checked > 50, "{checked} arguments checked");
+}

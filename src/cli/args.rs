@@ -17,7 +17,7 @@ pub struct Conn {
     /// The server's password, when it has one.
     #[arg(long, env = "OJSD_PASSWORD", hide_env_values = true, global = true)]
     pub password: Option<String>,
-    /// Print the server's JSON instead of a table (one JSON value per line for `tail`).
+    /// Print the server's JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
 }
@@ -25,8 +25,10 @@ pub struct Conn {
 /// One page of a listing.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct Page {
+    /// Most rows to show.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Rows to skip first (the next page is at offset + limit).
     #[arg(long, default_value_t = 0)]
     pub offset: usize,
 }
@@ -37,12 +39,14 @@ pub enum Command {
     Push(Push),
     /// Show one job's envelope (by id, or by the jid a Faktory client gave it).
     Job {
+        /// The job's id, or its Faktory jid.
         id: String,
         #[command(flatten)]
         conn: Conn,
     },
     /// List jobs of a queue and/or in a state, newest first.
     Jobs {
+        /// Only this queue (as its client wrote it).
         #[arg(long)]
         queue: Option<String>,
         /// scheduled, available, pending, active, retryable, completed, cancelled or
@@ -56,6 +60,7 @@ pub enum Command {
     },
     /// Cancel a job that has not finished (a finished one is left as it is).
     Cancel {
+        /// The job's id, or its Faktory jid.
         id: String,
         #[command(flatten)]
         conn: Conn,
@@ -122,8 +127,10 @@ pub struct Push {
     pub job_type: Option<String>,
     /// The job's args as a JSON array (a single JSON value is wrapped in one).
     pub args: Option<String>,
+    /// The queue (default: `default`).
     #[arg(long)]
     pub queue: Option<String>,
+    /// Higher runs first within its queue (default 0).
     #[arg(long)]
     pub priority: Option<i64>,
     /// When the job becomes available (RFC 3339 with a zone, e.g. 2026-12-01T09:00:00Z).
@@ -156,6 +163,7 @@ pub enum QueueAction {
     },
     /// Delete a queue's jobs in the given states (default: available, scheduled).
     Purge {
+        /// The queue (as its client wrote it).
         queue: String,
         /// A state to purge (repeat for several): available, scheduled, pending,
         /// retryable, completed, cancelled, discarded.
@@ -172,6 +180,7 @@ pub enum QueueAction {
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct DeadFilter {
+    /// Only dead letters of this queue.
     #[arg(long)]
     pub queue: Option<String>,
     /// Job type.
@@ -203,33 +212,44 @@ pub enum DeadAction {
     /// Totals by queue and error type, and the retention.
     Stats,
     /// One dead letter's envelope, with its error history.
-    Get { id: String },
+    Get {
+        /// The job's id, or its Faktory jid.
+        id: String,
+    },
     /// List dead letters, newest first.
     List {
         #[command(flatten)]
         filter: DeadFilter,
+        /// Most rows to show.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// Rows to skip first (the next page is at offset + limit).
         #[arg(long, default_value_t = 0)]
         offset: usize,
     },
     /// Retry one dead letter (by id), or every one matching the filter with `--all`.
     Retry {
+        /// One dead letter's id (or Faktory jid).
         id: Option<String>,
+        /// Every dead letter the filter matches, instead of one.
         #[arg(long, conflicts_with = "id")]
         all: bool,
         #[command(flatten)]
         filter: DeadFilter,
+        /// Really do it to all of them (without it, `--all` shows how many it would touch).
         #[arg(long)]
         yes: bool,
     },
     /// Delete one dead letter (by id), or every one matching the filter with `--all`.
     Delete {
+        /// One dead letter's id (or Faktory jid).
         id: Option<String>,
+        /// Every dead letter the filter matches, instead of one.
         #[arg(long, conflicts_with = "id")]
         all: bool,
         #[command(flatten)]
         filter: DeadFilter,
+        /// Really do it to all of them (without it, `--all` shows how many it would touch).
         #[arg(long)]
         yes: bool,
     },
@@ -238,9 +258,15 @@ pub enum DeadAction {
 #[derive(Subcommand, Debug)]
 pub enum WorkerAction {
     /// Ask a worker (on its next heartbeat) to stop fetching.
-    Quiet { wid: String },
+    Quiet {
+        /// The worker's id (its HELLO `wid`).
+        wid: String,
+    },
     /// Ask a worker (on its next heartbeat) to finish up and exit.
-    Terminate { wid: String },
+    Terminate {
+        /// The worker's id (its HELLO `wid`).
+        wid: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -248,15 +274,30 @@ pub enum CronAction {
     /// Every registration with its next and last run.
     List,
     /// One registration.
-    Get { name: String },
+    Get {
+        /// The registration's name.
+        name: String,
+    },
     /// Register (or replace) a cron job: its definition as JSON, `@file` or `-` for stdin.
-    Add { definition: String },
+    Add {
+        /// The registration (ojs-cron §8) as JSON, `@file` or `-` for stdin.
+        definition: String,
+    },
     /// Fire again from the next occurrence on.
-    Enable { name: String },
+    Enable {
+        /// The registration's name.
+        name: String,
+    },
     /// Stop firing (the registration is kept).
-    Disable { name: String },
+    Disable {
+        /// The registration's name.
+        name: String,
+    },
     /// Remove a registration (jobs it already enqueued are not touched).
-    Del { name: String },
+    Del {
+        /// The registration's name.
+        name: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -270,18 +311,27 @@ pub enum WorkflowAction {
         page: Page,
     },
     /// A workflow with every step's state.
-    Get { id: String },
+    Get {
+        /// The workflow's id.
+        id: String,
+    },
     /// Cancel a workflow: its waiting steps never run, its running jobs are cancelled.
-    Cancel { id: String },
+    Cancel {
+        /// The workflow's id.
+        id: String,
+    },
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Print each event as one JSON value per line")))]
 pub struct Tail {
     /// Event types (exact, or a prefix ending in `*` like `job.*`); repeat for several.
     #[arg(long = "type")]
     pub types: Vec<String>,
+    /// Only events of jobs in this queue (its exact name); repeat for several.
     #[arg(long = "queue")]
     pub queues: Vec<String>,
+    /// Only events of jobs of this type (its exact name); repeat for several.
     #[arg(long = "job-type")]
     pub job_types: Vec<String>,
     /// Replay from after this cursor, then follow.
