@@ -165,28 +165,27 @@ pub const PERMIT_BYTES: usize = 16 * 1024;
 /// keys, queues).
 enum Work {
     Command(Command),
-    Push(Box<OjsResult<Prepared>>),
-    PushBatch(Vec<OjsResult<Prepared>>),
-    PushEach(Vec<OjsResult<Prepared>>),
+    Push(jobs::PushWork),
 }
 
 impl Work {
     fn of(cmd: Command) -> Work {
+        use jobs::PushWork;
         match cmd {
-            Command::Push { job, len, resend } => Work::Push(Box::new(
+            Command::Push { job, len, resend } => Work::Push(PushWork::One(Box::new(
                 Prepared::typed(*job, len).map(|p| p.resent(resend)),
-            )),
-            Command::PushBatch(jobs) => Work::PushBatch(
+            ))),
+            Command::PushBatch(jobs) => Work::Push(PushWork::Batch(
                 jobs.into_iter()
                     .map(|(job, len)| Prepared::typed(job, len))
                     .collect(),
-            ),
+            )),
             // Faktory's PUSHB: a job resent is accepted as the one already there.
-            Command::PushEach(jobs) => Work::PushEach(
+            Command::PushEach(jobs) => Work::Push(PushWork::Each(
                 jobs.into_iter()
                     .map(|(job, len)| Prepared::typed(job, len).map(|p| p.resent(true)))
                     .collect(),
-            ),
+            )),
             cmd => Work::Command(cmd),
         }
     }
@@ -548,29 +547,8 @@ impl Engine {
         }
         let cmd = match work {
             Work::Command(cmd) => cmd,
-            // PUSH answers with the envelope as accepted, even if a waiting FETCH claims the
-            // job later in this same batch.
-            Work::Push(job) => {
-                let out = self
-                    .push_one(txn, *job)
-                    .map(|p| Out::Answer(self.pushed_reply(txn, &[p], false)));
-                return answer(txn, reply, out);
-            }
-            Work::PushBatch(jobs) => {
-                let out = self
-                    .push_batch_all(txn, jobs)
-                    .map(|p| Out::Answer(self.pushed_reply(txn, &p, true)));
-                return answer(txn, reply, out);
-            }
-            Work::PushEach(jobs) => {
-                let mut pushed = api::PushedEach::default();
-                for (i, job) in jobs.into_iter().enumerate() {
-                    match self.push_one(txn, job) {
-                        Ok(_) => pushed.accepted += 1,
-                        Err(e) => pushed.rejected.push((i, e)),
-                    }
-                }
-                let out = Ok(answer_of(Answer::PushedEach(pushed)));
+            Work::Push(push) => {
+                let out = self.push_work(txn, push);
                 return answer(txn, reply, out);
             }
         };
@@ -598,28 +576,6 @@ impl Engine {
                     txn,
                 );
             }
-            // A worker told to go quiet or terminate gets no new job: its FETCH waits out
-            // its wait and answers null, as Faktory's does, so a client looping on FETCH
-            // does not spin (on both dialects).
-            Command::Fetch {
-                queues,
-                count,
-                wait,
-            } if wid
-                .as_deref()
-                .is_some_and(|w| self.workers.directive(w).is_some()) =>
-            {
-                let fetch = Fetching {
-                    queues,
-                    count,
-                    wait,
-                    durable: false,
-                };
-                match self.park(wid, conn, fetch, reply) {
-                    Some((reply, out)) => return answer(txn, reply, out),
-                    None => return,
-                }
-            }
             Command::Fetch {
                 queues,
                 count,
@@ -631,38 +587,23 @@ impl Engine {
                     wait,
                     durable: false,
                 };
-                match self.fetch_or_wait(txn, wid, conn, fetch, reply) {
-                    Some((reply, out)) => return answer(txn, reply, out),
-                    None => return,
+                if let Some((reply, out)) = self.fetch_cmd(txn, wid, conn, fetch, reply) {
+                    answer(txn, reply, out);
                 }
+                return;
             }
-            // ACK, then FETCH for the same worker in the same batch: one reply, sent once the
-            // ACK is durable, carries the next job (or nothing).
             Command::AckFetch {
                 id,
                 result,
                 queues,
                 wait,
             } => {
-                if let Err(e) = self.ack(txn, wid.as_ref(), &id, result, false) {
-                    return answer(txn, reply, Err(e));
-                }
-                if wid
-                    .as_deref()
-                    .is_some_and(|w| self.workers.directive(w).is_some())
+                if let Some((reply, out)) =
+                    self.ack_fetch(txn, wid, conn, &id, result, queues, wait, reply)
                 {
-                    return answer(txn, reply, Ok(answer_of(Answer::Nothing)));
+                    answer(txn, reply, out);
                 }
-                let fetch = Fetching {
-                    queues,
-                    count: None,
-                    wait,
-                    durable: true,
-                };
-                match self.fetch_or_wait(txn, wid, conn, fetch, reply) {
-                    Some((reply, out)) => return answer(txn, reply, out),
-                    None => return,
-                }
+                return;
             }
             Command::Ack {
                 id,

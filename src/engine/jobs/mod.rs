@@ -3,6 +3,7 @@
 
 mod timers;
 pub(in crate::engine) mod unique;
+pub(in crate::engine) use unique::PushWork;
 
 use crate::engine::events::job_data;
 use crate::engine::index::{Entry, TimerKind};

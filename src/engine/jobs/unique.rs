@@ -21,6 +21,44 @@ use crate::job::{Job, State};
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 
+/// The jobs of a PUSH, PUSHB (all or nothing) or Faktory PUSHB (each on its own), prepared
+/// on the caller's thread (`Work::of`).
+pub(in crate::engine) enum PushWork {
+    One(Box<OjsResult<Prepared>>),
+    Batch(Vec<OjsResult<Prepared>>),
+    Each(Vec<OjsResult<Prepared>>),
+}
+
+impl Engine {
+    /// Enqueue a PUSH's jobs. The reply is the envelope as accepted, even if a waiting FETCH
+    /// claims the job later in this same batch.
+    pub(in crate::engine) fn push_work(
+        &mut self,
+        txn: &mut Txn,
+        work: PushWork,
+    ) -> OjsResult<crate::engine::txn::Out> {
+        use crate::engine::txn::Out;
+        match work {
+            PushWork::One(job) => self
+                .push_one(txn, *job)
+                .map(|p| Out::Answer(self.pushed_reply(txn, &[p], false))),
+            PushWork::Batch(jobs) => self
+                .push_batch_all(txn, jobs)
+                .map(|p| Out::Answer(self.pushed_reply(txn, &p, true))),
+            PushWork::Each(jobs) => {
+                let mut pushed = crate::engine::api::PushedEach::default();
+                for (i, job) in jobs.into_iter().enumerate() {
+                    match self.push_one(txn, job) {
+                        Ok(_) => pushed.accepted += 1,
+                        Err(e) => pushed.rejected.push((i, e)),
+                    }
+                }
+                Ok(crate::engine::answer_of(Answer::PushedEach(pushed)))
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct UniqueIndex {
     /// Jobs holding each key, oldest first.
