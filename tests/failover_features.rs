@@ -181,8 +181,10 @@ fn cron_enqueues_one_job_per_occurrence_across_a_kill9_of_its_owner() {
     }
     let before = fired.keys().filter(|t| **t < killed_at).count();
     let later = fired.keys().filter(|t| **t > served_at).count();
+    // Of the three fires counted after the takeover, one may be due just before
+    // `served_at`, which waits for haproxy's health check.
     assert!(
-        before >= 3 && later >= 3,
+        before >= 3 && later >= 2,
         "{before} fired before, {later} after"
     );
     assert_eq!(entry["run_count"], jobs.len(), "one job per run");
