@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+pub mod cluster;
 pub mod http;
 pub mod raw;
 

@@ -1,0 +1,507 @@
+//! Several `ojsd --store postgres` nodes on one PostgreSQL (a schema of their own) behind a
+//! real haproxy running `deploy/haproxy.cfg`, for tests/failover.rs and
+//! tests/failover_features.rs. One node holds the partition's lease and serves; the others
+//! are standbys that bind no client port. Clients talk to haproxy and reconnect on errors.
+//!
+//! Needs `OJSD_TEST_POSTGRES_URL` and `haproxy` on PATH (.ci/run provides both); `setup`
+//! says so and the test returns early otherwise. Ports are the kernel's ephemeral ones.
+
+use super::{id_of, test_job};
+use ojs_client::{Client, ConnectOptions, Reply};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub const LEASE_TTL_MS: u64 = 2000;
+
+/// The PostgreSQL URL, or `None` (with a notice) when PostgreSQL or haproxy is missing.
+pub fn setup() -> Option<String> {
+    let url = std::env::var("OJSD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    let Some(url) = url else {
+        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
+        return None;
+    };
+    let haproxy = Command::new("haproxy")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !haproxy.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: haproxy is not installed (.ci/run installs Debian's)");
+        return None;
+    }
+    Some(url)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn schema() -> String {
+    format!(
+        "failover_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    )
+}
+
+/// A child process whose stderr is kept (and echoed on failure) and that is killed on drop.
+pub struct Proc {
+    name: &'static str,
+    child: Option<Child>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    pub fn spawn(name: &'static str, mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().unwrap();
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        Proc {
+            name,
+            child: Some(child),
+            log,
+        }
+    }
+
+    pub fn logged(&self, needle: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Wait for the process to end: its exit code (-1 when a signal ended it).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    self.child = None;
+                    return Some(status.code().unwrap_or(-1));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- {} log:", self.name);
+            for l in self.log.lock().unwrap().iter() {
+                eprintln!("{l}");
+            }
+        }
+        self.kill9();
+    }
+}
+
+/// Node names by index: the letters of deploy/haproxy.cfg's `OJSD_NODE_<X>_*` variables.
+pub const NAMES: [&str; 4] = ["node-a", "node-b", "node-c", "node-d"];
+
+pub struct Cluster {
+    pub url: String,
+    pub schema: String,
+    pub lb_tcp: String,
+    /// Each node's (TCP, HTTP) client address.
+    pub nodes: Vec<(String, String)>,
+    /// `--lease-ttl-ms` of the nodes started from now on.
+    pub ttl_ms: u64,
+}
+
+impl Cluster {
+    /// Room for `n` nodes (2 to 4); none is started yet.
+    pub fn new(url: String, n: usize) -> Cluster {
+        assert!((2..=NAMES.len()).contains(&n));
+        let addr = |p: u16| format!("127.0.0.1:{p}");
+        Cluster {
+            url,
+            schema: schema(),
+            lb_tcp: addr(free_port()),
+            nodes: (0..n)
+                .map(|_| (addr(free_port()), addr(free_port())))
+                .collect(),
+            ttl_ms: LEASE_TTL_MS,
+        }
+    }
+
+    /// Start node `i` (named `NAMES[i]`).
+    pub fn node(&self, i: usize) -> Proc {
+        let name = NAMES[i];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ojsd"));
+        cmd.args(["--store", "postgres", "--postgres-url", &self.url])
+            .args(["--postgres-schema", &self.schema, "--node-id", name])
+            .args([
+                "--listen",
+                &self.nodes[i].0,
+                "--http-listen",
+                &self.nodes[i].1,
+            ])
+            .args(["--lease-ttl-ms", &self.ttl_ms.to_string()])
+            .args(["--fetch-wait-ms", "500", "--log-level", "info"]);
+        Proc::spawn(name, cmd)
+    }
+
+    /// Start node `i` and wait until it is a standby behind node `holder`.
+    pub fn standby(&self, i: usize, holder: usize) -> Proc {
+        let p = self.node(i);
+        let line = format!(
+            "standby: partition 0 is held by node {} until",
+            NAMES[holder]
+        );
+        wait_until(
+            &format!("{} to wait as a standby", NAMES[i]),
+            Duration::from_secs(30),
+            || p.logged(&line),
+        );
+        assert!(
+            std::net::TcpStream::connect(&self.nodes[i].0).is_err(),
+            "a standby binds no client port"
+        );
+        p
+    }
+
+    /// haproxy with deploy/haproxy.cfg, its addresses from the environment. For more than
+    /// two nodes a copy gets a `server` line per node after node-b's in both backends, as
+    /// the file's comment says to do.
+    pub fn haproxy(&self) -> Proc {
+        let lb_http = format!("127.0.0.1:{}", free_port());
+        let deployed = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/haproxy.cfg");
+        let cfg = if self.nodes.len() == 2 {
+            std::path::PathBuf::from(deployed)
+        } else {
+            let text = std::fs::read_to_string(deployed).unwrap();
+            let mut out = String::new();
+            for line in text.lines() {
+                out.push_str(line);
+                out.push('\n');
+                if line.trim_start().starts_with("server node-b ") {
+                    for name in &NAMES[2..self.nodes.len()] {
+                        let letter = name[5..].to_uppercase();
+                        out.push_str(
+                            &line
+                                .replace("node-b", name)
+                                .replace("_B_", &format!("_{letter}_")),
+                        );
+                        out.push('\n');
+                    }
+                }
+            }
+            let path = std::env::temp_dir().join(format!("{}-haproxy.cfg", self.schema));
+            std::fs::write(&path, out).unwrap();
+            path
+        };
+        let mut cmd = Command::new("haproxy");
+        cmd.arg("-db")
+            .arg("-f")
+            .arg(&cfg)
+            .env("OJSD_LB_TCP", &self.lb_tcp)
+            .env("OJSD_LB_HTTP", &lb_http);
+        for (i, (tcp, http)) in self.nodes.iter().enumerate() {
+            let letter = NAMES[i][5..].to_uppercase();
+            cmd.env(format!("OJSD_NODE_{letter}_TCP"), tcp)
+                .env(format!("OJSD_NODE_{letter}_HTTP"), http)
+                .env(
+                    format!("OJSD_NODE_{letter}_HTTP_PORT"),
+                    http.rsplit(':').next().unwrap(),
+                );
+        }
+        Proc::spawn("haproxy", cmd)
+    }
+
+    /// Node a active behind haproxy, node b a standby that has registered and bound
+    /// nothing: (a, b, haproxy).
+    pub fn start_pair(&self) -> (Proc, Proc, Proc) {
+        let a = self.node(0);
+        wait_until("node-a to serve", Duration::from_secs(30), || {
+            a.logged("ojsd ready")
+        });
+        let b = self.standby(1, 0);
+        let lb = self.haproxy();
+        wait_until(
+            "haproxy to route to node-a",
+            Duration::from_secs(20),
+            || {
+                roles(&self.lb_tcp).is_some_and(|r| {
+                    r.get("node-a").map(String::as_str) == Some("active")
+                        && r.get("node-b").map(String::as_str) == Some("standby")
+                })
+            },
+        );
+        (a, b, lb)
+    }
+}
+
+pub fn connect(addr: &str, wid: Option<String>) -> Option<Client> {
+    let opts = ConnectOptions {
+        wid,
+        timeout: Some(Duration::from_secs(5)),
+        ..Default::default()
+    };
+    Client::connect_with(addr, &opts).ok()
+}
+
+/// Wait until `f` holds, or panic after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// CLUSTER through haproxy: the node ids by role.
+pub fn roles(lb: &str) -> Option<HashMap<String, String>> {
+    let v = connect(lb, None)?.cluster().ok()?;
+    Some(
+        v["nodes"]
+            .as_array()?
+            .iter()
+            .map(|n| {
+                (
+                    n["id"].as_str().unwrap_or("").to_string(),
+                    n["role"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Push through haproxy on fresh connections until one is answered +OK; how long it took.
+pub fn first_success(lb: &str, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let ok = connect(lb, None)
+            .is_some_and(|mut c| c.push(&test_job("failover-probe", json!({}))).is_ok());
+        if ok {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < limit, "nothing got through haproxy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A command through haproxy, retried on fresh connections until it gets a reply (any
+/// reply: an error reply is an answer), for reads and idempotent commands.
+pub fn call_retrying(lb: &str, line: &str, limit: Duration) -> Reply {
+    let t0 = Instant::now();
+    loop {
+        if let Some(r) = connect(lb, None).and_then(|mut c| c.call(line).ok()) {
+            return r;
+        }
+        assert!(t0.elapsed() < limit, "no reply through haproxy to {line}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Like `call_retrying`, for a command whose reply is a JSON bulk.
+pub fn json_retrying(lb: &str, line: &str, limit: Duration) -> Value {
+    match call_retrying(lb, line, limit) {
+        Reply::Bulk(b) => serde_json::from_slice(&b).expect("bulk reply is JSON"),
+        other => panic!("{line}: expected a bulk reply, got {other:?}"),
+    }
+}
+
+/// What producers and workers saw answered +OK.
+#[derive(Default)]
+pub struct Ledger {
+    pub pushed: Mutex<Vec<String>>,
+    pub acked: Mutex<Vec<String>>,
+    pub push_errors: AtomicUsize,
+}
+
+fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
+    let mut c = None;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(client) = c.as_mut() else {
+            c = connect(&lb, None);
+            if c.is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            continue;
+        };
+        // A short visibility timeout: a job claimed on the node that died comes back soon.
+        let job = test_job("failover", json!({"args": [n], "timeout": 3}));
+        match client.push(&job) {
+            Ok(j) => ledger.pushed.lock().unwrap().push(id_of(&j)),
+            Err(_) => {
+                ledger.push_errors.fetch_add(1, Ordering::SeqCst);
+                c = None;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn worker(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, wid: String) {
+    let mut c: Option<Client> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(client) = c.as_mut() else {
+            c = connect(&lb, Some(wid.clone()));
+            if c.is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            continue;
+        };
+        let job = match client.fetch(&["failover"]) {
+            Ok(Some(job)) => job,
+            Ok(None) => continue,
+            Err(_) => {
+                c = None;
+                continue;
+            }
+        };
+        let id = id_of(&job);
+        match client.ack(&id, None) {
+            Ok(()) => ledger.acked.lock().unwrap().push(id),
+            // The job comes back (its node died, or the ACK was refused): not counted.
+            Err(_) => c = None,
+        }
+    }
+}
+
+/// Producers pushing to queue `failover` and workers working it, all through haproxy.
+pub struct Load {
+    pub ledger: Arc<Ledger>,
+    stop_producers: Arc<AtomicBool>,
+    stop_workers: Arc<AtomicBool>,
+    producers: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    pub fn start(lb: &str, producers: usize, workers: usize) -> Load {
+        let ledger = Arc::new(Ledger::default());
+        let stop_producers = Arc::new(AtomicBool::new(false));
+        let stop_workers = Arc::new(AtomicBool::new(false));
+        let p = (0..producers)
+            .map(|n| {
+                let (lb, l, s) = (lb.to_string(), ledger.clone(), stop_producers.clone());
+                std::thread::spawn(move || producer(lb, l, s, n))
+            })
+            .collect();
+        let w = (0..workers)
+            .map(|n| {
+                let (lb, l, s) = (lb.to_string(), ledger.clone(), stop_workers.clone());
+                let wid = format!("w-{n}");
+                std::thread::spawn(move || worker(lb, l, s, wid))
+            })
+            .collect();
+        Load {
+            ledger,
+            stop_producers,
+            stop_workers,
+            producers: p,
+            workers: w,
+        }
+    }
+
+    pub fn pushed(&self) -> usize {
+        self.ledger.pushed.lock().unwrap().len()
+    }
+
+    pub fn acked(&self) -> usize {
+        self.ledger.acked.lock().unwrap().len()
+    }
+
+    /// Stop pushing, let the workers drain, and check the invariants: every push answered
+    /// +OK is completed, and no ACK was answered +OK twice. Returns the pushes answered +OK
+    /// and those refused or cut.
+    pub fn finish_and_check(mut self, lb: &str) -> (usize, usize) {
+        self.stop_producers.store(true, Ordering::SeqCst);
+        for t in self.producers.drain(..) {
+            t.join().unwrap();
+        }
+        let ledger = &self.ledger;
+        let pushed: HashSet<String> = ledger.pushed.lock().unwrap().iter().cloned().collect();
+        // Done when each is completed: by an ACK a worker saw answered, or on the server (an
+        // ACK whose reply a worker lost to a timeout or a cut during the takeover still
+        // completed its job, and no worker will take it again).
+        let mut probe: Option<Client> = None;
+        wait_until(
+            "every acknowledged push to be completed",
+            Duration::from_secs(60),
+            || {
+                let acked: HashSet<String> = ledger.acked.lock().unwrap().iter().cloned().collect();
+                let missing: Vec<&String> = pushed.difference(&acked).collect();
+                if missing.is_empty() {
+                    return true;
+                }
+                if probe.is_none() {
+                    probe = connect(lb, None);
+                }
+                let Some(cl) = probe.as_mut() else {
+                    return false;
+                };
+                let done = missing
+                    .iter()
+                    .all(|id| cl.job(id).is_ok_and(|j: Value| j["state"] == "completed"));
+                if !done {
+                    probe = None;
+                }
+                done
+            },
+        );
+        self.stop_workers.store(true, Ordering::SeqCst);
+        for t in self.workers.drain(..) {
+            t.join().unwrap();
+        }
+        let acked = ledger.acked.lock().unwrap().clone();
+        let mut seen = HashSet::new();
+        let twice: Vec<_> = acked.iter().filter(|id| !seen.insert(*id)).collect();
+        assert!(twice.is_empty(), "ACK answered +OK twice for {twice:?}");
+        // The node serving now agrees: each of them is completed.
+        let mut cl = connect(lb, None).expect("connect through haproxy");
+        for id in &pushed {
+            let job: Value = cl.job(id).expect("JOB");
+            assert_eq!(job["state"], "completed", "{id}");
+        }
+        (pushed.len(), ledger.push_errors.load(Ordering::SeqCst))
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop_producers.store(true, Ordering::SeqCst);
+        self.stop_workers.store(true, Ordering::SeqCst);
+    }
+}
