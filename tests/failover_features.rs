@@ -25,7 +25,7 @@ use common::cluster::{
     connect, first_success, json_retrying, roles, setup, wait_until, Cluster, Load, LEASE_TTL_MS,
 };
 use common::{id_of, ts};
-use ojs_client::{Client, ConnectOptions, Reply};
+use ojs_client::{Client, Reply};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Barrier, Mutex};
@@ -38,32 +38,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 fn events(lb: &str, types: &[&str]) -> Vec<Value> {
     let mark = format!("mark-{}", uuid::Uuid::now_v7().simple());
     json_or_ok(lb, &format!("QUEUE PAUSE {mark}"));
-    let opts = ConnectOptions {
-        timeout: Some(Duration::from_secs(10)),
-        ..Default::default()
-    };
-    let mut sub = Client::connect_with(lb, &opts).expect("connect");
-    let mut wanted: Vec<&str> = types.to_vec();
-    wanted.push("queue.paused");
-    let line = format!("SUBSCRIBE {}", json!({"event_types": wanted, "after": 0}));
-    assert_eq!(
-        sub.call(&line).expect("SUBSCRIBE"),
-        Reply::Simple("OK".into())
-    );
-    let mut out = Vec::new();
-    loop {
-        let e: Value = match sub.read_reply().expect("event") {
-            Reply::Bulk(b) => serde_json::from_slice(&b).expect("event JSON"),
-            other => panic!("expected an event, got {other:?}"),
-        };
-        if e["type"] == "queue.paused" {
-            if e["data"]["queue"] == mark.as_str() {
-                return out;
-            }
-            continue;
-        }
-        out.push(e);
-    }
+    common::events_up_to_mark(lb, types, &mark)
 }
 
 /// A command that answers +OK, through haproxy, retried until answered.

@@ -587,7 +587,7 @@ impl Engine {
                     wait,
                     durable: false,
                 };
-                if let Some((reply, out)) = self.fetch_cmd(txn, wid, conn, fetch, reply) {
+                if let Some((reply, out)) = self.fetch_or_wait(txn, wid, conn, fetch, reply) {
                     answer(txn, reply, out);
                 }
                 return;

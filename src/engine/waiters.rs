@@ -33,24 +33,6 @@ pub(super) struct Fetching {
 impl Engine {
     /// Claim jobs for a FETCH now, or park it as a waiter (`None`: the waiter holds the
     /// reply) until a job comes or its wait ends.
-    /// FETCH: a job now, or wait for one. A worker told to go quiet or terminate gets no
-    /// new job: its FETCH waits out its wait and answers null, as Faktory's does, so a
-    /// client looping on FETCH does not spin (on both dialects). `None`: it waits, and is
-    /// answered later.
-    pub(super) fn fetch_cmd(
-        &mut self,
-        txn: &mut Txn,
-        wid: Option<Arc<str>>,
-        conn: Option<ConnId>,
-        f: Fetching,
-        reply: oneshot::Sender<Answered>,
-    ) -> Option<(oneshot::Sender<Answered>, OjsResult<Out>)> {
-        if self.told_to_stop(wid.as_deref()) {
-            return self.park(wid, conn, f, reply);
-        }
-        self.fetch_or_wait(txn, wid, conn, f, reply)
-    }
-
     /// ACK, then FETCH for the same worker in the same batch: one reply, sent once the ACK
     /// is durable, carries the next job (or nothing, at once, to a worker told to stop).
     #[allow(clippy::too_many_arguments)]
@@ -68,9 +50,6 @@ impl Engine {
         if let Err(e) = self.ack(txn, wid.as_ref(), id, result, false) {
             return Some((reply, Err(e)));
         }
-        if self.told_to_stop(wid.as_deref()) {
-            return Some((reply, Ok(answer_of(Answer::Nothing))));
-        }
         let f = Fetching {
             queues,
             count: None,
@@ -80,10 +59,11 @@ impl Engine {
         self.fetch_or_wait(txn, wid, conn, f, reply)
     }
 
-    fn told_to_stop(&self, wid: Option<&str>) -> bool {
-        wid.is_some_and(|w| self.workers.directive(w).is_some())
-    }
-
+    /// FETCH (and the fetch of an ACK with `fetch`): a job now, or wait for one (`None`:
+    /// it waits, and is answered later). A worker told to go quiet or terminate gets no new
+    /// job: its FETCH waits out its wait and answers null, as Faktory's does, so a client
+    /// looping on FETCH does not spin (on both dialects); its ACK's fetch answers null at
+    /// once.
     pub(super) fn fetch_or_wait(
         &mut self,
         txn: &mut Txn,
@@ -92,6 +72,15 @@ impl Engine {
         f: Fetching,
         reply: oneshot::Sender<Answered>,
     ) -> Option<(oneshot::Sender<Answered>, OjsResult<Out>)> {
+        if wid
+            .as_deref()
+            .is_some_and(|w| self.workers.directive(w).is_some())
+        {
+            if f.durable {
+                return Some((reply, Ok(answer_of(Answer::Nothing))));
+            }
+            return self.park(wid, conn, f, reply);
+        }
         let by = Holder::of(wid.as_ref(), conn);
         match self.fetch(txn, by, &f.queues, f.count.unwrap_or(1)) {
             Ok(ids) if ids.is_empty() => self.park(wid, conn, f, reply),

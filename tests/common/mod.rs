@@ -509,3 +509,39 @@ pub fn retry_delay(job: &Value) -> f64 {
     let failed_at = ts(&errors.last().expect("an error entry")["timestamp"]);
     secs_between(failed_at, ts(&job["next_retry_at"]))
 }
+
+/// Every event of `types` in the log so far, replayed from the start up to the
+/// `queue.paused` event of `mark` (a fresh queue the caller has just paused), so the read
+/// never waits for events that will not come.
+#[allow(dead_code)]
+pub fn events_up_to_mark(addr: &str, types: &[&str], mark: &str) -> Vec<Value> {
+    let opts = ConnectOptions {
+        timeout: Some(std::time::Duration::from_secs(10)),
+        ..Default::default()
+    };
+    let mut sub = Client::connect_with(addr, &opts).expect("connect");
+    let mut wanted: Vec<&str> = types.to_vec();
+    wanted.push("queue.paused");
+    let line = format!(
+        "SUBSCRIBE {}",
+        serde_json::json!({"event_types": wanted, "after": 0})
+    );
+    assert_eq!(
+        sub.call(&line).expect("SUBSCRIBE"),
+        Reply::Simple("OK".into())
+    );
+    let mut out = Vec::new();
+    loop {
+        let e: Value = match sub.read_reply().expect("event") {
+            Reply::Bulk(b) => serde_json::from_slice(&b).expect("event JSON"),
+            other => panic!("expected an event, got {other:?}"),
+        };
+        if e["type"] == "queue.paused" {
+            if e["data"]["queue"] == mark {
+                return out;
+            }
+            continue;
+        }
+        out.push(e);
+    }
+}

@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use chrono::{DateTime, Utc};
-use ojs_client::{Client, ConnectOptions, Reply};
+use ojs_client::Client;
 use serde_json::Value;
 
 /// `CRON ADD`: `{"cron_job": {...}, "created": bool}`.
@@ -36,30 +36,7 @@ pub fn advance_to(c: &mut Client, t: DateTime<Utc>) {
 pub fn cron_events(srv: &Server) -> Vec<Value> {
     let mark = format!("mark-{}", uuid::Uuid::now_v7().simple());
     call_ok(&mut srv.client(), &format!("QUEUE PAUSE {mark}"));
-    let opts = ConnectOptions {
-        timeout: Some(std::time::Duration::from_secs(10)),
-        ..Default::default()
-    };
-    let mut sub = Client::connect_with(&srv.addr, &opts).expect("connect");
-    let line = r#"SUBSCRIBE {"event_types": ["cron.*", "queue.paused"], "after": 0}"#;
-    assert_eq!(
-        sub.call(line).expect("SUBSCRIBE"),
-        Reply::Simple("OK".into())
-    );
-    let mut out = Vec::new();
-    loop {
-        let e: Value = match sub.read_reply().expect("event") {
-            Reply::Bulk(b) => serde_json::from_slice(&b).expect("event JSON"),
-            other => panic!("expected an event, got {other:?}"),
-        };
-        if e["type"] == "queue.paused" {
-            if e["data"]["queue"] == mark.as_str() {
-                return out;
-            }
-            continue;
-        }
-        out.push(e);
-    }
+    crate::common::events_up_to_mark(&srv.addr, &["cron.*"], &mark)
 }
 
 pub fn of_type(events: &[Value], kind: &str) -> Vec<Value> {
