@@ -214,6 +214,9 @@ enum Msg {
     Synced {
         upto: u64,
         failed: Option<String>,
+        /// The sync failed for want of the store (`StoreError::Unavailable`): the groups
+        /// stay pending in it.
+        away: Option<String>,
     },
     /// From the syncer: jobs claimed by FETCH replies whose connection had gone.
     Undelivered(Vec<uuid::Uuid>),
@@ -268,6 +271,12 @@ pub struct Engine {
     inline_syncer: Option<Box<dyn crate::store::Syncer>>,
     /// Compacting a space after large deletions (`compact.rs`).
     compaction: compact::Compaction,
+    /// Since when, and why, the store cannot commit (`commit.rs`): clients' commands are
+    /// refused until `Store::ready` says it can again.
+    store_down: Option<(Instant, String)>,
+    /// Events of batches whose inline sync failed for want of the store: published once a
+    /// sync gets through.
+    held_events: Vec<crate::events::Event>,
 }
 
 /// An engine iteration this long is logged with what it did (a stall everyone waits for).
@@ -343,6 +352,8 @@ pub fn start(
         pipeline: None,
         inline_syncer: None,
         compaction: compact::Compaction::new(None, 0),
+        store_down: None,
+        held_events: Vec::new(),
     };
     engine.compaction =
         compact::Compaction::new(engine.store.compactor(), engine.cfg.compact_after_deletes);
@@ -409,6 +420,9 @@ impl Engine {
             let ms = due - self.clock.now().timestamp_millis();
             budget = budget.min(Duration::from_millis(ms.max(0) as u64));
         }
+        if self.store_down.is_some() {
+            budget = budget.min(crate::store::READY_RETRY);
+        }
         budget
     }
 
@@ -430,9 +444,16 @@ impl Engine {
             self.now = self.clock.now();
             let began = Instant::now();
             let messages = batch.len();
+            // While the store cannot commit, clients' commands are refused before they
+            // change anything (`commit.rs`).
+            let away = self.store_ready()?;
             let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
             for msg in batch {
                 match msg {
+                    Msg::Request(req) if away.is_some() => {
+                        let why = away.as_deref().unwrap_or_default();
+                        let _ = req.reply.send(Err(commit::refused_while_down(why)));
+                    }
                     Msg::Request(req) => self.handle(req, &mut txn),
                     Msg::Register { wid, info, reserve } => {
                         self.worker_hello(&mut txn, wid, info, reserve)
@@ -445,7 +466,7 @@ impl Engine {
                         view.compactions = self.compaction.finished();
                         let _ = reply.send(view);
                     }
-                    Msg::Synced { upto, failed } => self.synced(upto, failed),
+                    Msg::Synced { upto, failed, away } => self.synced(upto, failed, away),
                     Msg::Undelivered(ids) => self.undelivered.extend(ids),
                     Msg::Shutdown => stopping = true,
                 }

@@ -205,3 +205,42 @@ pub(super) async fn acquire(
         tokio::time::sleep(every).await;
     }
 }
+
+/// The store's SQL, with the schema spliced in.
+pub(super) struct Sql {
+    pub(super) get: String,
+    pub(super) fence: String,
+    pub(super) delete: String,
+    pub(super) upsert: String,
+    pub(super) size: String,
+    pub(super) release: String,
+    pub(super) kv: String,
+}
+
+impl Sql {
+    pub(super) fn new(s: &str) -> Sql {
+        Sql {
+            get: format!(
+                "SELECT value FROM {s}.ojs_kv WHERE part = $1 AND space = $2 AND key = $3"
+            ),
+            fence: format!(
+                "SELECT 1 FROM {s}.ojs_partitions WHERE part = $1 AND epoch = $2 FOR SHARE"
+            ),
+            delete: format!(
+                "DELETE FROM {s}.ojs_kv k USING unnest($2::int2[], $3::bytea[]) AS d(space, key) \
+                 WHERE k.part = $1 AND k.space = d.space AND k.key = d.key"
+            ),
+            upsert: format!(
+                "INSERT INTO {s}.ojs_kv (part, space, key, value) \
+                 SELECT $1, * FROM unnest($2::int2[], $3::bytea[], $4::bytea[]) \
+                 ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
+            ),
+            size: format!("SELECT pg_total_relation_size('{s}.ojs_kv'::regclass)"),
+            release: format!(
+                "UPDATE {s}.ojs_partitions SET owner = NULL, lease_until = NULL \
+                 WHERE part = $1 AND owner = $2 AND epoch = $3"
+            ),
+            kv: format!("SELECT key, value FROM {s}.ojs_kv WHERE part = $1 AND space = $2"),
+        }
+    }
+}

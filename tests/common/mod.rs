@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub mod http;
+pub mod pg;
 pub mod raw;
 
 pub struct Server {
