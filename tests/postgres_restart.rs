@@ -329,3 +329,139 @@ fn restarted_under_load(pipeline: &str) {
 fn unavailable_in(l: &Ledger) -> usize {
     l.errors.get("BACKEND_UNAVAILABLE").copied().unwrap_or(0)
 }
+
+/// A standby killed on drop.
+struct Standby(std::process::Child);
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The node's role in CLUSTER as `c`'s node sees it, `None` while the answer is an error
+/// (the store is unavailable) or the node is not listed.
+fn role_of(c: &mut Client, node: &str) -> Option<String> {
+    let cluster = c.cluster().ok()?;
+    cluster["nodes"]
+        .as_array()?
+        .iter()
+        .find(|n| n["id"] == node)
+        .map(|n| n["role"].as_str().unwrap_or_default().to_string())
+}
+
+fn wait_role(c: &mut Client, node: &str, role: &str) {
+    let t0 = Instant::now();
+    while role_of(c, node).as_deref() != Some(role) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{node} is not {role}: {:?}",
+            c.cluster()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A standby waiting for the lease lives through the database's restarts (its tries that
+/// find the database away are tries like others), heartbeats again once it is back, and
+/// takes over when the active node is killed afterwards, with everything acknowledged
+/// before. The outages here are shorter than the lease (5 s), so the active node keeps it;
+/// after a longer one the standby may win the expired lease, and the old active node, fenced,
+/// exits (README, cluster section).
+#[test]
+fn a_standby_lives_through_a_postgres_restart_and_takes_over_after() {
+    if std::env::var("OJSD_TEST_POSTGRES_URL").map_or(true, |u| u.is_empty()) {
+        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
+        return;
+    }
+    let Some(pg) = TestPostgres::start() else {
+        return;
+    };
+    let url = pg.url();
+    let pg_args = |node: &'static str| {
+        vec![
+            "--store",
+            "postgres",
+            "--postgres-url",
+            url.as_str(),
+            "--postgres-schema",
+            "standby",
+            "--node-id",
+            node,
+            "--lease-ttl-ms",
+            "5000",
+        ]
+    };
+    let mut a = Server::start_with(&pg_args("node-a"));
+    let mut c = a.client();
+    let ids: Vec<String> = (0..40)
+        .map(|i| common::push_id(&mut c, &test_job(QUEUE, json!({"args": [i]}))))
+        .collect();
+    let mut w = a.worker("w-a");
+    let mut acked = Vec::new();
+    for _ in 0..10 {
+        let id = id_of(&common::fetch_one(&mut w, QUEUE));
+        w.ack(&id, None).unwrap();
+        acked.push(id);
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut b = Standby(
+        std::process::Command::new(env!("CARGO_BIN_EXE_ojsd"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "off",
+                "--data-dir",
+            ])
+            .arg(data.path())
+            .args(pg_args("node-s"))
+            .args(["--log-level", "warn"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the standby"),
+    );
+    wait_role(&mut c, "node-s", "standby");
+
+    pg.restart();
+    pg.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    pg.start_again();
+    alive(&mut a);
+    assert!(
+        b.0.try_wait().unwrap().is_none(),
+        "the standby exited while PostgreSQL was away"
+    );
+    // Both heartbeat again; the active node commits again.
+    wait_role(&mut c, "node-s", "standby");
+    wait_role(&mut c, "node-a", "active");
+    let after = common::push_id(&mut c, &test_job(QUEUE, json!({"args": ["after"]})));
+
+    a.kill9();
+    let stdout = b.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the standby took over and listens");
+    let addr = line.trim().strip_prefix("ojsd listening on ").unwrap();
+    let mut cb = Client::connect(addr).unwrap();
+    let states = common::states_of(&mut cb, &ids);
+    for (id, state) in ids.iter().zip(&states) {
+        let want = if acked.contains(id) {
+            "completed"
+        } else {
+            "available"
+        };
+        assert_eq!(state.as_deref(), Some(want), "{id}");
+    }
+    assert_eq!(
+        common::states_of(&mut cb, std::slice::from_ref(&after)),
+        vec![Some("available".to_string())]
+    );
+}
