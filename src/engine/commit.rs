@@ -27,7 +27,8 @@
 //! command may still take effect, as when a reply is lost: retry), holds its events until
 //! a sync gets through, and goes on. Until `Store::ready` says the store commits again,
 //! the engine refuses every client command with `BACKEND_UNAVAILABLE` before applying it
-//! (so nothing more piles up in memory), and asks again every `READY_RETRY`. Any other
+//! (so nothing more piles up in memory), and asks again every `READY_RETRY`; the upkeep
+//! (timers, cron, sweeps, pruning) waits as well and runs late. Any other
 //! store error (fenced, a write refused) leaves memory ahead of what can ever be
 //! committed: the engine fails what waits and stops, and the process exits.
 

@@ -19,6 +19,7 @@ pub mod metrics;
 mod rebuild;
 mod record;
 pub mod request;
+mod slow;
 mod stored;
 mod subscription;
 mod throughput;
@@ -244,7 +245,7 @@ pub struct Engine {
     reads: VecDeque<events::Read>,
     /// MUTATE and QUEUE PURGE under way, worked through in slices (`admin/bulk.rs`).
     bulk: VecDeque<admin::Bulk>,
-    slow: SlowLog,
+    slow: slow::SlowLog,
     /// Set when a job became available, so waiting FETCHes are worth another look.
     woke: bool,
     stats: Stats,
@@ -279,30 +280,6 @@ pub struct Engine {
     held_events: Vec<crate::events::Event>,
 }
 
-/// An engine iteration this long is logged with what it did (a stall everyone waits for).
-const SLOW_ITERATION: Duration = Duration::from_millis(10);
-
-/// Reports of slow iterations, at most one a second (the others are counted).
-#[derive(Default)]
-struct SlowLog {
-    last: Option<Instant>,
-    unlogged: u64,
-}
-
-impl SlowLog {
-    fn log_now(&mut self) -> bool {
-        if self
-            .last
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
-            self.unlogged += 1;
-            return false;
-        }
-        self.last = Some(Instant::now());
-        true
-    }
-}
-
 /// Longest an iteration spends answering reads of the event log before it takes up
 /// commands again (at least one read is answered each time).
 const READ_BUDGET: Duration = Duration::from_millis(2);
@@ -334,7 +311,7 @@ pub fn start(
         waiters: VecDeque::new(),
         reads: VecDeque::new(),
         bulk: VecDeque::new(),
-        slow: SlowLog::default(),
+        slow: slow::SlowLog::default(),
         woke: false,
         stats: Stats::default(),
         started: Instant::now(),
@@ -401,6 +378,14 @@ impl Engine {
 
     /// Time until the loop must wake on its own: a timer, a FETCH deadline, or a dead-worker sweep.
     fn wait_budget(&self) -> Duration {
+        if self.store_down.is_some() {
+            // Only FETCH deadlines, and asking the store again (the upkeep waits for it).
+            let fetch = self.waiters.front().map(|w| w.deadline);
+            let fetch = fetch.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            return crate::store::READY_RETRY.min(fetch);
+        }
         if !self.reads.is_empty() || !self.bulk.is_empty() {
             return Duration::ZERO;
         }
@@ -419,9 +404,6 @@ impl Engine {
         if let Some(due) = self.next_window_free() {
             let ms = due - self.clock.now().timestamp_millis();
             budget = budget.min(Duration::from_millis(ms.max(0) as u64));
-        }
-        if self.store_down.is_some() {
-            budget = budget.min(crate::store::READY_RETRY);
         }
         budget
     }
@@ -472,15 +454,20 @@ impl Engine {
                 }
             }
             let applied = began.elapsed();
-            self.run_bulk(&mut txn, stopping);
-            self.unclaim_undelivered(&mut txn);
-            self.run_timers(&mut txn);
+            // While the store is away the upkeep waits: timers, cron, sweeps and pruning read
+            // records it may not answer for, and a timer that failed would be lost; they run
+            // late once it is back. Waiting FETCHes still get their empty answers in time.
+            if away.is_none() {
+                self.run_bulk(&mut txn, stopping);
+                self.unclaim_undelivered(&mut txn);
+                self.run_timers(&mut txn);
+                self.prune_dead(&mut txn);
+                self.run_cron(&mut txn);
+                self.sweep_workers(&mut txn);
+            }
             self.sample_overview();
-            self.prune_dead(&mut txn);
-            self.run_cron(&mut txn);
-            self.sweep_workers(&mut txn);
             self.serve_waiters(&mut txn, stopping);
-            if self.last_prune.elapsed() >= Duration::from_secs(1) {
+            if away.is_none() && self.last_prune.elapsed() >= Duration::from_secs(1) {
                 self.last_prune = Instant::now();
                 self.prune_events(&mut txn);
                 self.note_job_count(&mut txn);
@@ -508,7 +495,7 @@ impl Engine {
                 }
             }
             let total = began.elapsed();
-            if total >= SLOW_ITERATION && self.slow.log_now() {
+            if total >= slow::SLOW_ITERATION && self.slow.log_now() {
                 // What a stall was made of, for the operator and the benchmark notes.
                 let ms = |d: Duration| d.as_secs_f64() * 1000.0;
                 tracing::warn!(
