@@ -450,7 +450,8 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             opts.renew_every = opts.lease_ttl / 5;
             // A standby until the partition is free: for as long as it takes.
             opts.acquire_wait = Duration::MAX;
-            opts.addr = Some(args.listen.to_string());
+            // A port 0 is known once bound (below); registered then.
+            opts.addr = (args.listen.port() != 0).then(|| args.listen.to_string());
             opts.read_cache_bytes = args.postgres_cache_mb.saturating_mul(1024 * 1024);
             drop(bound.take());
             let store = store::open_postgres(&opts).map_err(|e| match e {
@@ -475,6 +476,7 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         .take()
         .expect("the listeners are bound once the store is open");
     let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    store.announce(&local_addr.to_string());
     let cfg = Config {
         limits: Limits {
             max_job_bytes: args.max_job_bytes,

@@ -149,6 +149,9 @@ fn random_ms(lo: u64, hi: u64) -> u64 {
 
 #[test]
 fn kill9_at_random_points_of_pushb_fetch_ack_and_pruning() {
+    if common::store_missing() {
+        return;
+    }
     let mut srv = Server::start_with(&["--retention", "1"]);
     let mut completed_before: HashSet<String> = HashSet::new();
     let mut total_pushed = 0;

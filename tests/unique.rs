@@ -35,6 +35,9 @@ fn available(c: &mut Client, queue: &str) -> u64 {
 
 #[test]
 fn reject_names_the_existing_job() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     let u = json!({"keys": ["type", "args"]});
@@ -58,6 +61,9 @@ fn reject_names_the_existing_job() {
 
 #[test]
 fn ignore_answers_with_the_existing_job() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     let u = json!({"on_conflict": "ignore"});
@@ -79,6 +85,9 @@ fn ignore_answers_with_the_existing_job() {
 
 #[test]
 fn replace_cancels_the_old_job() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     let u = json!({"keys": ["args"], "args_keys": ["user"], "on_conflict": "replace"});
@@ -106,6 +115,9 @@ fn replace_cancels_the_old_job() {
 
 #[test]
 fn replace_except_schedule_keeps_the_time() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     let now = server_now(&mut c);
@@ -126,6 +138,9 @@ fn replace_except_schedule_keeps_the_time() {
 
 #[test]
 fn each_key_dimension() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     // type only (the default): other args and queues still collide; other types do not
@@ -191,6 +206,9 @@ fn each_key_dimension() {
 
 #[test]
 fn period_expiry_frees_the_key() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     let u = json!({"period": "PT10S"});
@@ -219,6 +237,9 @@ fn period_expiry_frees_the_key() {
 
 #[test]
 fn release_when_the_holder_leaves_the_counted_states() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     let mut w = srv.worker("w-rel");
@@ -273,6 +294,9 @@ fn release_when_the_holder_leaves_the_counted_states() {
 
 #[test]
 fn concurrent_pushes_accept_exactly_one() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     const N: usize = 24;
     let barrier = Arc::new(Barrier::new(N));
@@ -314,6 +338,9 @@ fn concurrent_pushes_accept_exactly_one() {
 
 #[test]
 fn pushb_is_all_or_nothing_with_unique_jobs() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     let rej = json!({"keys": ["args"]});
@@ -373,6 +400,9 @@ fn pushb_is_all_or_nothing_with_unique_jobs() {
 
 #[test]
 fn invalid_policies_name_the_field() {
+    if common::store_missing() {
+        return;
+    }
     let srv = Server::start();
     let mut c = srv.client();
     #[rustfmt::skip]
@@ -407,6 +437,9 @@ fn invalid_policies_name_the_field() {
 
 #[test]
 fn the_key_index_survives_restarts() {
+    if common::store_missing() {
+        return;
+    }
     let mut srv = Server::start();
     let u = json!({"keys": ["args"], "period": "PT1H"});
     let (held, done) = {

@@ -19,10 +19,16 @@ impl Engine {
         view.read(Box::new(move |r| {
             let _ = reply.send(match r {
                 Ok(state) => Ok(Answer::Cluster(Box::new(state))),
-                Err(e) => Err(OjsError::new(
-                    ErrorCode::BackendError,
-                    format!("cannot read the cluster's state: {e}"),
-                )),
+                Err(e) => {
+                    let code = match e {
+                        crate::store::StoreError::Unavailable(_) => ErrorCode::BackendUnavailable,
+                        _ => ErrorCode::BackendError,
+                    };
+                    Err(OjsError::new(
+                        code,
+                        format!("cannot read the cluster's state: {e}"),
+                    ))
+                }
             });
         }));
         None

@@ -20,6 +20,17 @@
 //! again at start-up): at-least-once either way, one durable round trip
 //! fewer per job. The job itself was durable before, unless its PUSH is in the same batch,
 //! and then that PUSH was not acknowledged yet. An ACK with `fetch` waits for the sync.
+//!
+//! **A store that is away** (PostgreSQL restarting: `StoreError::Unavailable`). A sync that
+//! fails that way keeps its batches pending in the store, which commits them with a later
+//! sync; the engine answers that batch's waiting replies with `BACKEND_UNAVAILABLE` (the
+//! command may still take effect, as when a reply is lost: retry), holds its events until
+//! a sync gets through, and goes on. Until `Store::ready` says the store commits again,
+//! the engine refuses every client command with `BACKEND_UNAVAILABLE` before applying it
+//! (so nothing more piles up in memory), and asks again every `READY_RETRY`; the upkeep
+//! (timers, cron, sweeps, pruning) waits as well and runs late. Any other
+//! store error (fenced, a write refused) leaves memory ahead of what can ever be
+//! committed: the engine fails what waits and stops, and the process exits.
 
 use super::txn::{self, Out, Txn};
 use super::{Engine, Msg};
@@ -50,8 +61,25 @@ pub(super) struct Pipeline {
     written: u64,
     /// Events of written batches not yet durable, by group, oldest first.
     unpublished: VecDeque<(u64, Vec<Event>)>,
-    /// Set once a sync failed: the engine must stop.
+    /// Set once a sync failed for good: the engine must stop.
     failed: Option<String>,
+}
+
+/// The reply to a command whose commit did not get through (the store is away): it may
+/// still take effect once the store is back, so clients retry as after a lost reply.
+pub(super) fn not_committed(e: &StoreError) -> OjsError {
+    OjsError::new(
+        ErrorCode::BackendUnavailable,
+        format!("the commit did not complete ({e}); it may still take effect; retry"),
+    )
+}
+
+/// The reply to a command refused while the store is away: nothing was done.
+pub(super) fn refused_while_down(why: &str) -> OjsError {
+    OjsError::new(
+        ErrorCode::BackendUnavailable,
+        format!("the store is unavailable ({why}); nothing was done; retry"),
+    )
 }
 
 impl Pipeline {
@@ -99,10 +127,15 @@ fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: Sender<Ms
         let mut groups = vec![first];
         groups.extend(rx.try_iter());
         let upto = groups.last().map_or(0, |g| g.no);
+        let mut away = None;
         if failed.is_none() {
-            if let Err(e) = syncer.sync() {
-                tracing::error!(error = %e, "sync failed; stopping the engine");
-                failed = Some(e.to_string());
+            match syncer.sync() {
+                Ok(()) => {}
+                Err(e @ StoreError::Unavailable(_)) => away = Some(e),
+                Err(e) => {
+                    tracing::error!(error = %e, "sync failed; stopping the engine");
+                    failed = Some(e.to_string());
+                }
             }
         }
         // Reported before any reply leaves, so that whatever a client sends after its reply
@@ -110,18 +143,22 @@ fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: Sender<Ms
         let _ = engine.send(Msg::Synced {
             upto,
             failed: failed.clone(),
+            away: away.as_ref().map(|e| e.to_string()),
         });
         let mut undelivered = Vec::new();
         for group in groups {
             for (to, answer, claimed) in group.replies {
-                let answer = match &failed {
-                    Some(e) => Err(OjsError::new(
+                let answer = match (&failed, &away) {
+                    (Some(e), _) => Err(OjsError::new(
                         ErrorCode::BackendError,
                         format!("commit failed: {e}"),
                     )),
-                    None => answer,
+                    (None, Some(e)) => Err(not_committed(e)),
+                    (None, None) => answer,
                 };
-                if to.send(answer).is_err() {
+                // A claim whose reply failed goes back to its queue like an undelivered one.
+                let sent = to.send(answer).is_ok();
+                if away.is_some() || !sent {
                     undelivered.extend(claimed);
                 }
             }
@@ -135,19 +172,24 @@ fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: Sender<Ms
 impl Engine {
     /// The cursor up to which (excluded) logged events are durable and may be read.
     pub(super) fn event_head(&self) -> u64 {
-        self.pipeline
-            .as_ref()
-            .and_then(Pipeline::first_unpublished)
+        let held = self.held_events.first().map(|e| e.cursor);
+        held.or_else(|| self.pipeline.as_ref().and_then(Pipeline::first_unpublished))
             .unwrap_or(self.events.next)
     }
 
-    /// The syncer made groups up to `upto` durable: publish their events.
-    pub(super) fn synced(&mut self, upto: u64, failed: Option<String>) {
+    /// The syncer made groups up to `upto` durable (unless the store was `away`): publish
+    /// their events.
+    pub(super) fn synced(&mut self, upto: u64, failed: Option<String>, away: Option<String>) {
         let Some(p) = self.pipeline.as_mut() else {
             return;
         };
         if failed.is_some() {
             p.failed = failed;
+        }
+        if let Some(why) = away {
+            // Not durable yet: their events wait for a sync that gets through.
+            self.store_away(why);
+            return;
         }
         let mut durable = Vec::new();
         while p.unpublished.front().is_some_and(|(no, _)| *no <= upto) {
@@ -158,8 +200,10 @@ impl Engine {
         self.publish(&durable);
     }
 
-    /// Commit the batch (see the module docs). A failed write or sync leaves memory ahead of
-    /// disk, so the engine refuses to continue: the process restarts from the store.
+    /// Commit the batch (see the module docs). A sync that failed for want of the store
+    /// fails the batch's replies and goes on (the store keeps the batch pending); any other
+    /// failed write or sync leaves memory ahead of what can be committed, so the engine
+    /// refuses to continue: the process restarts from the store.
     pub(super) fn commit(&mut self, mut txn: Txn) -> Result<(), StoreError> {
         let index = &self.index;
         let written = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
@@ -198,17 +242,34 @@ impl Engine {
             }
         }
         let Some(p) = self.pipeline.as_mut() else {
-            // Inline: every earlier batch is durable already, so only a batch that wrote
-            // something needs a sync before its replies.
+            // Inline: every earlier batch is durable already (or pending in the store after a
+            // sync that failed for want of it, which `store_ready` retries), so only a
+            // batch that wrote something needs a sync before its replies.
             if let (true, Some(syncer)) = (wrote, self.inline_syncer.as_mut()) {
-                if let Err(e) = syncer.sync() {
-                    return Err(self.refuse(later.into_iter().map(|(to, _, _)| to), e));
+                match syncer.sync() {
+                    Ok(()) => {}
+                    Err(e @ StoreError::Unavailable(_)) => {
+                        for (to, _, claimed) in later {
+                            let _ = to.send(Err(not_committed(&e)));
+                            self.undelivered.extend(claimed);
+                        }
+                        self.held_events.append(&mut txn.events);
+                        self.store_away(e.to_string());
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        return Err(self.refuse(later.into_iter().map(|(to, _, _)| to), e));
+                    }
                 }
             }
             for (to, reply, claimed) in later {
                 if to.send(reply).is_err() {
                     self.undelivered.extend(claimed);
                 }
+            }
+            if !self.held_events.is_empty() {
+                let held = std::mem::take(&mut self.held_events);
+                self.publish(&held);
             }
             self.publish(&txn.events);
             return Ok(());
@@ -231,6 +292,49 @@ impl Engine {
             return Err(StoreError::Backend("the syncer thread is gone".into()));
         }
         Ok(())
+    }
+
+    /// The store cannot commit now: refuse clients' commands until it can (`store_ready`).
+    fn store_away(&mut self, why: String) {
+        if self.store_down.is_none() {
+            tracing::warn!(error = %why, "the store is unavailable; refusing commands until \
+                it is back");
+            self.store_down = Some((std::time::Instant::now(), why));
+        } else if let Some((_, w)) = self.store_down.as_mut() {
+            *w = why;
+        }
+    }
+
+    /// Before a batch: `Ok(None)` when the store commits (after an outage, publishes what it
+    /// held back: every write so far is durable once `ready` says so), `Ok(Some(why))` while
+    /// it is away, `Err` when it never will again (the engine stops).
+    pub(super) fn store_ready(&mut self) -> Result<Option<String>, StoreError> {
+        match self.store.ready() {
+            Ok(()) => {
+                if let Some((since, _)) = self.store_down.take() {
+                    tracing::warn!(
+                        after_ms = since.elapsed().as_millis() as u64,
+                        "the store is back; serving commands again"
+                    );
+                    let mut durable = std::mem::take(&mut self.held_events);
+                    if let Some(p) = self.pipeline.as_mut() {
+                        for (_, events) in p.unpublished.drain(..) {
+                            durable.extend(events);
+                        }
+                    }
+                    self.publish(&durable);
+                }
+                Ok(None)
+            }
+            Err(StoreError::Unavailable(why)) => {
+                self.store_away(why.clone());
+                Ok(Some(why))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the store refuses writes for good; stopping");
+                Err(e)
+            }
+        }
     }
 
     /// A write or sync failed: answer every reply still waiting with the error.

@@ -20,6 +20,7 @@ pub mod metrics;
 mod rebuild;
 mod record;
 pub mod request;
+mod slow;
 mod stored;
 mod subscription;
 mod throughput;
@@ -215,6 +216,9 @@ enum Msg {
     Synced {
         upto: u64,
         failed: Option<String>,
+        /// The sync failed for want of the store (`StoreError::Unavailable`): the groups
+        /// stay pending in it.
+        away: Option<String>,
     },
     /// From the syncer: jobs claimed by FETCH replies whose connection had gone.
     Undelivered(Vec<uuid::Uuid>),
@@ -242,7 +246,7 @@ pub struct Engine {
     reads: VecDeque<events::Read>,
     /// MUTATE and QUEUE PURGE under way, worked through in slices (`admin/bulk.rs`).
     bulk: VecDeque<admin::Bulk>,
-    slow: SlowLog,
+    slow: slow::SlowLog,
     /// Set when a job became available, so waiting FETCHes are worth another look.
     woke: bool,
     stats: Stats,
@@ -269,41 +273,12 @@ pub struct Engine {
     inline_syncer: Option<Box<dyn crate::store::Syncer>>,
     /// Compacting a space after large deletions (`compact.rs`).
     compaction: compact::Compaction,
-}
-
-/// An engine iteration this long is logged with what it did (a stall everyone waits for).
-const SLOW_ITERATION: Duration = Duration::from_millis(10);
-
-/// CPU time the calling thread has used: set beside an iteration's wall time, it tells a
-/// slow iteration that worked (CPU ≈ wall) from one that waited (for the disk, or for a
-/// core another thread held: CPU ≪ wall).
-fn thread_cpu() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Duration::new(
-        u64::try_from(t.tv_sec).unwrap_or(0),
-        u32::try_from(t.tv_nsec).unwrap_or(0),
-    )
-}
-
-/// Reports of slow iterations, at most one a second (the others are counted).
-#[derive(Default)]
-struct SlowLog {
-    last: Option<Instant>,
-    unlogged: u64,
-}
-
-impl SlowLog {
-    fn log_now(&mut self) -> bool {
-        if self
-            .last
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
-            self.unlogged += 1;
-            return false;
-        }
-        self.last = Some(Instant::now());
-        true
-    }
+    /// Since when, and why, the store cannot commit (`commit.rs`): clients' commands are
+    /// refused until `Store::ready` says it can again.
+    store_down: Option<(Instant, String)>,
+    /// Events of batches whose inline sync failed for want of the store: published once a
+    /// sync gets through.
+    held_events: Vec<crate::events::Event>,
 }
 
 /// Longest an iteration spends answering reads of the event log before it takes up
@@ -336,7 +311,7 @@ pub fn start(
         waiters: VecDeque::new(),
         reads: VecDeque::new(),
         bulk: VecDeque::new(),
-        slow: SlowLog::default(),
+        slow: slow::SlowLog::default(),
         woke: false,
         stats: Stats::default(),
         started: Instant::now(),
@@ -354,6 +329,8 @@ pub fn start(
         pipeline: None,
         inline_syncer: None,
         compaction: compact::Compaction::new(None, 0),
+        store_down: None,
+        held_events: Vec::new(),
     };
     engine.compaction =
         compact::Compaction::new(engine.store.compactor(), engine.cfg.compact_after_deletes);
@@ -402,6 +379,14 @@ impl Engine {
 
     /// Time until the loop must wake on its own: a timer, a FETCH deadline, or a dead-worker sweep.
     fn wait_budget(&self) -> Duration {
+        if self.store_down.is_some() {
+            // Only FETCH deadlines, and asking the store again (the upkeep waits for it).
+            let fetch = self.waiters.front().map(|w| w.deadline);
+            let fetch = fetch.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            return crate::store::READY_RETRY.min(fetch);
+        }
         if !self.reads.is_empty() || !self.bulk.is_empty() {
             return Duration::ZERO;
         }
@@ -441,11 +426,18 @@ impl Engine {
             }
             self.now = self.clock.now();
             let began = Instant::now();
-            let began_cpu = thread_cpu();
+            let began_cpu = slow::thread_cpu();
             let messages = batch.len();
+            // While the store cannot commit, clients' commands are refused before they
+            // change anything (`commit.rs`).
+            let away = self.store_ready()?;
             let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
             for msg in batch {
                 match msg {
+                    Msg::Request(req) if away.is_some() => {
+                        let why = away.as_deref().unwrap_or_default();
+                        let _ = req.reply.send(Err(commit::refused_while_down(why)));
+                    }
                     Msg::Request(req) => self.handle(req, &mut txn),
                     Msg::Register { wid, info, reserve } => {
                         self.worker_hello(&mut txn, wid, info, reserve)
@@ -458,21 +450,26 @@ impl Engine {
                         view.compactions = self.compaction.finished();
                         let _ = reply.send(view);
                     }
-                    Msg::Synced { upto, failed } => self.synced(upto, failed),
+                    Msg::Synced { upto, failed, away } => self.synced(upto, failed, away),
                     Msg::Undelivered(ids) => self.undelivered.extend(ids),
                     Msg::Shutdown => stopping = true,
                 }
             }
             let applied = began.elapsed();
-            self.run_bulk(&mut txn, stopping);
-            self.unclaim_undelivered(&mut txn);
-            self.run_timers(&mut txn);
+            // While the store is away the upkeep waits: timers, cron, sweeps and pruning read
+            // records it may not answer for, and a timer that failed would be lost; they run
+            // late once it is back. Waiting FETCHes still get their empty answers in time.
+            if away.is_none() {
+                self.run_bulk(&mut txn, stopping);
+                self.unclaim_undelivered(&mut txn);
+                self.run_timers(&mut txn);
+                self.prune_dead(&mut txn);
+                self.run_cron(&mut txn);
+                self.sweep_workers(&mut txn);
+            }
             self.sample_overview();
-            self.prune_dead(&mut txn);
-            self.run_cron(&mut txn);
-            self.sweep_workers(&mut txn);
             self.serve_waiters(&mut txn, stopping);
-            if self.last_prune.elapsed() >= Duration::from_secs(1) {
+            if away.is_none() && self.last_prune.elapsed() >= Duration::from_secs(1) {
                 self.last_prune = Instant::now();
                 self.prune_events(&mut txn);
                 self.note_job_count(&mut txn);
@@ -500,7 +497,7 @@ impl Engine {
                 }
             }
             let total = began.elapsed();
-            if total >= SLOW_ITERATION && self.slow.log_now() {
+            if total >= slow::SLOW_ITERATION && self.slow.log_now() {
                 // What a stall was made of, for the operator and the benchmark notes.
                 let ms = |d: Duration| d.as_secs_f64() * 1000.0;
                 tracing::warn!(
@@ -508,7 +505,7 @@ impl Engine {
                     total_ms = ms(total),
                     // The engine thread's CPU in the iteration: well under total_ms means
                     // it waited (an fsync, a store write, or a core taken by other threads).
-                    cpu_ms = ms(thread_cpu().saturating_sub(began_cpu)),
+                    cpu_ms = ms(slow::thread_cpu().saturating_sub(began_cpu)),
                     messages,
                     apply_ms = ms(applied),
                     upkeep_ms = ms(upkept - applied),

@@ -15,6 +15,17 @@ pub fn backend(msg: impl std::fmt::Display) -> OjsError {
     OjsError::new(ErrorCode::BackendError, msg.to_string())
 }
 
+/// A failed read: `BACKEND_UNAVAILABLE` when the store is away (retry), else
+/// `BACKEND_ERROR`.
+pub fn read_failed(e: crate::store::StoreError) -> OjsError {
+    match e {
+        crate::store::StoreError::Unavailable(_) => {
+            OjsError::new(ErrorCode::BackendUnavailable, e.to_string())
+        }
+        e => backend(e),
+    }
+}
+
 /// A job read from the store.
 pub struct Loaded {
     pub job: Job,
@@ -30,7 +41,7 @@ enum Raw {
 }
 
 fn get(store: &dyn Store, id: Uuid) -> OjsResult<Option<Raw>> {
-    let Some(record) = store.get(Space::Job, id.as_bytes()).map_err(backend)? else {
+    let Some(record) = store.get(Space::Job, id.as_bytes()).map_err(read_failed)? else {
         return Ok(None);
     };
     if record.first() != Some(&RECORD_V3) {
@@ -38,7 +49,7 @@ fn get(store: &dyn Store, id: Uuid) -> OjsResult<Option<Raw>> {
     }
     let state = store
         .get(Space::Job, &state_key(&id))
-        .map_err(backend)?
+        .map_err(read_failed)?
         .ok_or_else(|| backend(format!("job {id}: its state record is missing")))?;
     Ok(Some(Raw::Lean { record, state }))
 }

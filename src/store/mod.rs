@@ -20,6 +20,7 @@
 mod fjall_store;
 mod postgres_cache;
 mod postgres_cluster;
+mod postgres_errors;
 mod postgres_lease;
 mod postgres_schema;
 mod postgres_store;
@@ -122,6 +123,14 @@ pub enum StoreError {
     Fenced(String),
     /// Another node holds partition `part`'s lease and did not let it go in time.
     Leased { part: u32, owner: String },
+    /// The store cannot make writes durable now, for a reason that passes (PostgreSQL
+    /// restarting or unreachable, the lease not renewed in time while it was away). A write
+    /// that returned stays applied and pending, and a later sync commits it with the others;
+    /// a sync that failed this way may or may not have committed (the outcome of a COMMIT
+    /// cut off is unknown), and committing its batches again is harmless (the net effect of
+    /// the batches, written by the partition's only writer). The caller answers what waited
+    /// for it as not done, and goes on.
+    Unavailable(String),
 }
 
 impl fmt::Display for StoreError {
@@ -148,6 +157,7 @@ impl fmt::Display for StoreError {
             StoreError::Corrupt(m) => write!(f, "store: corrupt data: {m}"),
             StoreError::Backend(m) | StoreError::Other(m) => write!(f, "store: {m}"),
             StoreError::Fenced(m) => write!(f, "store: fenced: {m}"),
+            StoreError::Unavailable(m) => write!(f, "store: unavailable: {m}"),
             StoreError::Leased { part, owner } => write!(
                 f,
                 "partition {part} is leased by node {owner:?}; it is released when that \
@@ -310,7 +320,20 @@ pub trait Store: Send + Sync {
     fn cluster_view(&self) -> Option<Arc<dyn ClusterView>> {
         None
     }
+    /// Whether writes can be made durable now: `Err(Unavailable)` while the database is
+    /// away (a store that failed a sync that way tries it again here, at most every
+    /// [`READY_RETRY`]), `Err(Fenced)` once for good. Cheap when all is well; the engine
+    /// asks before every batch. Embedded stores are always ready.
+    fn ready(&self) -> StoreResult<()> {
+        Ok(())
+    }
+    /// The client address this node serves on, once its listener is bound (a `--listen`
+    /// port 0 is only known then), for a store that registers nodes (`ojs_nodes`).
+    fn announce(&self, _addr: &str) {}
 }
+
+/// How often [`Store::ready`] tries again a sync that failed for want of the database.
+pub const READY_RETRY: Duration = Duration::from_millis(100);
 
 /// One node of the cluster as CLUSTER reports it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

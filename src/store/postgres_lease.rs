@@ -1,6 +1,7 @@
 //! The PostgreSQL store's partition lease as the owning node holds it: the renewal task
-//! (which also refreshes the node's `ojs_nodes` row) and the store's own-clock fence check
-//! (see `postgres_store.rs`, "The lease and the fence").
+//! (which also refreshes the node's `ojs_nodes` row and, as the holder, prunes long-dead
+//! nodes from it) and the store's own-clock check (see `postgres_store.rs`, "The lease and
+//! the fence", and "When PostgreSQL goes away").
 
 use super::postgres_store::{err, pool_err};
 use super::{StoreError, StoreResult};
@@ -10,6 +11,11 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// A node whose heartbeat is older than this many lease TTLs is deleted from `ojs_nodes` by
+/// the partition's holder, so that CLUSTER does not list dead nodes for ever (it shows them
+/// as `gone` until then).
+pub const PRUNE_AFTER_TTLS: i64 = 10;
+
 /// The lease, shared with the renewal task (which holds nothing else of the store, so the
 /// store and its runtime are never dropped on one of the runtime's own threads).
 pub(super) struct Lease {
@@ -18,8 +24,11 @@ pub(super) struct Lease {
     pub(super) heartbeat_sql: String,
     pub(super) part: i32,
     pub(super) node: String,
-    /// The client address registered with each heartbeat.
-    pub(super) addr: Option<String>,
+    /// The client address registered with each heartbeat (set once the listener is bound:
+    /// a port 0 is only known then).
+    pub(super) addr: Mutex<Option<String>>,
+    /// Deletes `ojs_nodes` rows whose heartbeat is older than [`PRUNE_AFTER_TTLS`] leases.
+    pub(super) prune_sql: String,
     pub(super) epoch: i64,
     pub(super) ttl: Duration,
     /// When the last successful renewal (or the acquisition) was sent.
@@ -36,15 +45,20 @@ impl Lease {
         i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// `Fenced` once the lease is lost or, on this node's monotonic clock, about to expire.
+    /// `Fenced` once a renewal found the lease lost; `Unavailable` while, on this node's
+    /// monotonic clock, it is about to expire or has (the renewals did not get through: the
+    /// database is away). A renewal that gets through again at the same epoch, which only
+    /// happens when no other node took the partition meanwhile, ends the latter.
     pub(super) fn check(&self) -> StoreResult<()> {
         if self.lost.load(Ordering::SeqCst) {
             return Err(self.fenced("a renewal found it taken over"));
         }
         let age = self.renewed_at.lock().unwrap().elapsed();
         if age + self.ttl / 5 >= self.ttl {
-            return Err(self.fenced(&format!(
-                "its last renewal was {} ms ago, the lease lasts {} ms",
+            return Err(StoreError::Unavailable(format!(
+                "node {} has not renewed its lease of partition {} for {} ms (it lasts {}                  ms): waiting for a renewal to get through",
+                self.node,
+                self.part,
                 age.as_millis(),
                 self.ttl.as_millis()
             )));
@@ -68,14 +82,38 @@ impl Lease {
             )
             .await
             .map_err(err)?;
+        let addr = self.addr.lock().unwrap().clone();
         client
-            .execute(&self.heartbeat_sql, &[&self.node, &self.addr])
+            .execute(&self.heartbeat_sql, &[&self.node, &addr])
             .await
             .map_err(err)?;
+        if n == 1 {
+            // The holder keeps `ojs_nodes` to the living (and the recently gone).
+            let ttls = self.ttl_ms().saturating_mul(PRUNE_AFTER_TTLS);
+            let pruned = client
+                .execute(&self.prune_sql, &[&ttls, &self.node])
+                .await
+                .map_err(err)?;
+            if pruned > 0 {
+                tracing::info!(pruned, "forgot nodes whose heartbeat stopped long ago");
+            }
+        }
         Ok(n)
     }
 
+    /// Register `addr` at once (the listener is bound), then with every renewal.
+    pub(super) async fn announce(&self, addr: String) -> StoreResult<()> {
+        *self.addr.lock().unwrap() = Some(addr.clone());
+        let client = self.pool.get().await.map_err(pool_err)?;
+        client
+            .execute(&self.heartbeat_sql, &[&self.node, &Some(addr)])
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
     pub(super) async fn renew_loop(self: Arc<Lease>, every: Duration) {
+        let mut failing: Option<Instant> = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
@@ -89,6 +127,15 @@ impl Lease {
                 Ok(Ok(1)) => {
                     let mut at = self.renewed_at.lock().unwrap();
                     *at = (*at).max(sent);
+                    if let Some(since) = failing.take() {
+                        tracing::warn!(
+                            part = self.part,
+                            epoch = self.epoch,
+                            failing_ms = since.elapsed().as_millis() as u64,
+                            "renewed the partition's lease again (same epoch: no other node \
+                             took it meanwhile)"
+                        );
+                    }
                 }
                 Ok(Ok(_)) => {
                     self.lost.store(true, Ordering::SeqCst);
@@ -96,8 +143,14 @@ impl Lease {
                         "lost the partition's lease to another node; refusing writes");
                     return;
                 }
-                Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
-                Err(_) => tracing::warn!("lease renewal timed out"),
+                Ok(Err(e)) => {
+                    failing.get_or_insert(sent);
+                    tracing::warn!(error = %e, "lease renewal failed")
+                }
+                Err(_) => {
+                    failing.get_or_insert(sent);
+                    tracing::warn!("lease renewal timed out")
+                }
             }
         }
     }

@@ -122,7 +122,9 @@ pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str) -> StoreResult<(
 /// Take partition `part` for `node` (registered in `ojs_nodes` with `addr`), trying every
 /// `every` for up to `wait` while another node's lease is live. Meanwhile the node is a
 /// standby: it heartbeats on each try and says who holds the partition when that changes
-/// (and once a minute). Returns the new epoch and when the winning statement was sent.
+/// (and once a minute). A try that fails for want of the database (`Unavailable`:
+/// PostgreSQL restarting) is a try like another: the standby waits on, on a new connection.
+/// Returns the new epoch and when the winning statement was sent.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire(
     pool: &Pool,
@@ -134,56 +136,37 @@ pub(super) async fn acquire(
     every: Duration,
     wait: Duration,
 ) -> StoreResult<(i64, Instant)> {
-    let client = pool.get().await.map_err(pool_err)?;
-    client
-        .execute(
-            &format!(
-                "INSERT INTO {s}.ojs_partitions (part, owner, epoch, lease_until) \
-                 VALUES ($1, NULL, 0, NULL) ON CONFLICT (part) DO NOTHING"
-            ),
-            &[&part],
-        )
-        .await
-        .map_err(err)?;
-    let heartbeat = heartbeat_sql(s);
-    let take = format!(
-        "UPDATE {s}.ojs_partitions SET owner = $2, epoch = epoch + 1, \
-         lease_until = now() + $3::bigint * interval '1 millisecond' \
-         WHERE part = $1 AND (owner IS NULL OR owner = $2 OR lease_until < now()) \
-         RETURNING epoch"
-    );
-    let holder = format!(
-        "SELECT owner, to_char(lease_until AT TIME ZONE 'UTC', \
-         'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM {s}.ojs_partitions WHERE part = $1"
-    );
+    let sql = AcquireSql::new(s);
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     let every = every.max(Duration::from_millis(10));
     let t0 = Instant::now();
     let mut told: Option<(String, Instant)> = None;
+    let mut away: Option<Instant> = None;
+    let mut created = false;
     loop {
-        client
-            .execute(&heartbeat, &[&node, &addr])
-            .await
-            .map_err(err)?;
-        let sent = Instant::now();
-        if let Some(row) = client
-            .query_opt(&take, &[&part, &node, &ttl_ms])
-            .await
-            .map_err(err)?
-        {
-            return Ok((row.get(0), sent));
-        }
-        let (owner, until) = client
-            .query_opt(&holder, &[&part])
-            .await
-            .map_err(err)?
-            .map(|r| {
-                (
-                    r.get::<_, Option<String>>(0).unwrap_or_default(),
-                    r.get::<_, Option<String>>(1).unwrap_or_default(),
-                )
-            })
-            .unwrap_or_default();
+        let tried = try_take(pool, &sql, part, node, addr, ttl_ms, &mut created).await;
+        let (owner, until) = match tried {
+            Ok(Taken::Yes(epoch, sent)) => return Ok((epoch, sent)),
+            Ok(Taken::No { owner, until }) => {
+                if let Some(since) = away.take() {
+                    tracing::warn!(
+                        after_ms = since.elapsed().as_millis() as u64,
+                        "standby: postgres answers again"
+                    );
+                }
+                (owner, until)
+            }
+            Err(StoreError::Unavailable(e)) if t0.elapsed() < wait => {
+                if away.is_none() {
+                    tracing::warn!(error = %e, "standby: postgres is unavailable; trying again \
+                        every {} ms", every.as_millis());
+                    away = Some(Instant::now());
+                }
+                tokio::time::sleep(every).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if t0.elapsed() >= wait {
             return Err(StoreError::Leased {
                 part: part as u32,
@@ -203,5 +186,123 @@ pub(super) async fn acquire(
             told = Some((owner, Instant::now()));
         }
         tokio::time::sleep(every).await;
+    }
+}
+
+struct AcquireSql {
+    create: String,
+    heartbeat: String,
+    take: String,
+    holder: String,
+}
+
+impl AcquireSql {
+    fn new(s: &str) -> AcquireSql {
+        AcquireSql {
+            create: format!(
+                "INSERT INTO {s}.ojs_partitions (part, owner, epoch, lease_until) \
+                 VALUES ($1, NULL, 0, NULL) ON CONFLICT (part) DO NOTHING"
+            ),
+            heartbeat: heartbeat_sql(s),
+            take: format!(
+                "UPDATE {s}.ojs_partitions SET owner = $2, epoch = epoch + 1, \
+                 lease_until = now() + $3::bigint * interval '1 millisecond' \
+                 WHERE part = $1 AND (owner IS NULL OR owner = $2 OR lease_until < now()) \
+                 RETURNING epoch"
+            ),
+            holder: format!(
+                "SELECT owner, to_char(lease_until AT TIME ZONE 'UTC', \
+                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM {s}.ojs_partitions WHERE part = $1"
+            ),
+        }
+    }
+}
+
+enum Taken {
+    /// The new epoch, and when the winning statement was sent.
+    Yes(i64, Instant),
+    No {
+        owner: String,
+        until: String,
+    },
+}
+
+/// One try: heartbeat, take the partition if it is free or expired, else say who holds it.
+async fn try_take(
+    pool: &Pool,
+    sql: &AcquireSql,
+    part: i32,
+    node: &str,
+    addr: Option<&str>,
+    ttl_ms: i64,
+    created: &mut bool,
+) -> StoreResult<Taken> {
+    let client = pool.get().await.map_err(pool_err)?;
+    if !*created {
+        client.execute(&sql.create, &[&part]).await.map_err(err)?;
+        *created = true;
+    }
+    client
+        .execute(&sql.heartbeat, &[&node, &addr])
+        .await
+        .map_err(err)?;
+    let sent = Instant::now();
+    if let Some(row) = client
+        .query_opt(&sql.take, &[&part, &node, &ttl_ms])
+        .await
+        .map_err(err)?
+    {
+        return Ok(Taken::Yes(row.get(0), sent));
+    }
+    let (owner, until) = client
+        .query_opt(&sql.holder, &[&part])
+        .await
+        .map_err(err)?
+        .map(|r| {
+            (
+                r.get::<_, Option<String>>(0).unwrap_or_default(),
+                r.get::<_, Option<String>>(1).unwrap_or_default(),
+            )
+        })
+        .unwrap_or_default();
+    Ok(Taken::No { owner, until })
+}
+
+/// The store's SQL, with the schema spliced in.
+pub(super) struct Sql {
+    pub(super) get: String,
+    pub(super) fence: String,
+    pub(super) delete: String,
+    pub(super) upsert: String,
+    pub(super) size: String,
+    pub(super) release: String,
+    pub(super) kv: String,
+}
+
+impl Sql {
+    pub(super) fn new(s: &str) -> Sql {
+        Sql {
+            get: format!(
+                "SELECT value FROM {s}.ojs_kv WHERE part = $1 AND space = $2 AND key = $3"
+            ),
+            fence: format!(
+                "SELECT 1 FROM {s}.ojs_partitions WHERE part = $1 AND epoch = $2 FOR SHARE"
+            ),
+            delete: format!(
+                "DELETE FROM {s}.ojs_kv k USING unnest($2::int2[], $3::bytea[]) AS d(space, key) \
+                 WHERE k.part = $1 AND k.space = d.space AND k.key = d.key"
+            ),
+            upsert: format!(
+                "INSERT INTO {s}.ojs_kv (part, space, key, value) \
+                 SELECT $1, * FROM unnest($2::int2[], $3::bytea[], $4::bytea[]) \
+                 ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
+            ),
+            size: format!("SELECT pg_total_relation_size('{s}.ojs_kv'::regclass)"),
+            release: format!(
+                "UPDATE {s}.ojs_partitions SET owner = NULL, lease_until = NULL \
+                 WHERE part = $1 AND owner = $2 AND epoch = $3"
+            ),
+            kv: format!("SELECT key, value FROM {s}.ojs_kv WHERE part = $1 AND space = $2"),
+        }
     }
 }

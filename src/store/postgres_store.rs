@@ -51,17 +51,23 @@
 //! lease_until = now() + ttl WHERE part = p AND (owner IS NULL OR owner = node OR
 //! lease_until < now())` (database time is the lease clock), retried until
 //! `acquire_wait`, then refused as [`StoreError::Leased`]. A task renews the lease every
-//! `renew_every`; a renewal that finds the row taken marks the lease lost. Every sync's
-//! transaction first runs `SELECT 1 FROM ojs_partitions WHERE part = p AND epoch = e FOR
-//! SHARE`: a takeover's `epoch + 1` waits for that lock, and once it has committed the old
-//! owner's next transaction finds no row, rolls back, and fails with
-//! [`StoreError::Fenced`]. The node's own monotonic clock also stops it: when the last
-//! successful renewal was sent more than `ttl - ttl/5` ago, writes and syncs fail with
-//! `Fenced` without asking the database. A fenced store (or one whose sync failed for any
-//! other reason: its outcome is unknown) refuses every later write; the engine then
-//! answers the waiting clients with an error and stops, so nothing is acknowledged that
-//! was not committed under the lease. Dropping the store releases the lease (`owner =
-//! NULL`, same epoch), so a successor need not wait out the TTL.
+//! `renew_every` (`UPDATE ... WHERE part = p AND owner = node AND epoch = e`); a renewal
+//! that finds the row taken marks the lease lost. Every sync's transaction first runs
+//! `SELECT 1 FROM ojs_partitions WHERE part = p AND epoch = e FOR SHARE`: a takeover's
+//! `epoch + 1` waits for that lock, and once it has committed the old owner's next
+//! transaction finds no row, rolls back, and fails with [`StoreError::Fenced`]. A fenced
+//! store (or one whose sync failed for a reason that does not pass: a statement the
+//! server refuses) refuses every later write for good; the engine then answers the waiting
+//! clients with an error and stops, so nothing is acknowledged that was not committed
+//! under the lease. Dropping the store releases the lease (`owner = NULL`, same epoch), so
+//! a successor need not wait out the TTL. The holder's renewal also deletes `ojs_nodes`
+//! rows whose heartbeat is older than `PRUNE_AFTER_TTLS` (10) leases and that hold no live
+//! lease, so CLUSTER lists a dead node as `gone` for a while, not for ever.
+//!
+//! # When PostgreSQL goes away
+//!
+//! The store keeps its partition and its pending writes across an outage; see
+//! `postgres_errors.rs`.
 //!
 //! The store owns a small tokio runtime (two workers, `ojsd-pg`) on which the pool's
 //! connections and the renewal run; the trait's synchronous calls come from the engine's,
@@ -80,8 +86,10 @@ use tokio_postgres::NoTls;
 
 use super::postgres_cache::ReadCache;
 use super::postgres_cluster::PgClusterView;
+pub(super) use super::postgres_errors::{err, pool_err};
+use super::postgres_errors::{timed, STATEMENT_TIMEOUT};
 use super::postgres_lease::Lease;
-use super::postgres_schema::{acquire, heartbeat_sql, migrate, quote_schema};
+use super::postgres_schema::{acquire, heartbeat_sql, migrate, quote_schema, Sql};
 use super::ClusterView;
 
 /// Rows of a scan's first page: a scan that stops early (an event log read, a floor key)
@@ -96,25 +104,6 @@ pub const MAX_PAGE_ROWS: i64 = 4096;
 pub const OVERLAY_MAX_BYTES: usize = 64 << 20;
 /// Connections in the pool: the engine, the syncer, the lease, and the rebuild's scanners.
 const POOL_SIZE: usize = 8;
-
-pub(super) fn err(e: tokio_postgres::Error) -> StoreError {
-    match e.as_db_error() {
-        Some(db) => StoreError::Backend(format!(
-            "postgres: {}: {} ({})",
-            db.severity(),
-            db.message(),
-            db.code().code()
-        )),
-        None => StoreError::Backend(format!("postgres: {e}")),
-    }
-}
-
-pub(super) fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => err(e),
-        e => StoreError::Backend(format!("postgres pool: {e}")),
-    }
-}
 
 /// One pending batch: its ops, last op per key only, in the order written.
 struct Pending {
@@ -137,17 +126,6 @@ struct Overlay {
     bytes: usize,
 }
 
-/// SQL with the schema spliced in.
-struct Sql {
-    get: String,
-    fence: String,
-    delete: String,
-    upsert: String,
-    size: String,
-    release: String,
-    kv: String,
-}
-
 struct Shared {
     rt: Option<tokio::runtime::Runtime>,
     pool: Pool,
@@ -159,8 +137,14 @@ struct Shared {
     cache: ReadCache,
     /// Held across a whole sync, so that syncs commit batches in order.
     sync_lock: Mutex<()>,
-    /// Why the store refuses writes: fenced, or a sync failed and its outcome is unknown.
+    /// Why the store refuses writes for good: fenced, or a sync failed for a reason that
+    /// does not pass (see [`err`]).
     failed: Mutex<Option<StoreError>>,
+    /// Why the last sync failed for a reason that passes, and when: its batches are pending
+    /// again, and `ready` tries them again every [`super::READY_RETRY`].
+    unsynced: Mutex<Option<(std::time::Instant, String)>>,
+    /// When `ready` last tried a sync again.
+    last_try: Mutex<Option<std::time::Instant>>,
     /// Test hook: skip the clock check so that only the database's fence stands.
     clock_check: AtomicBool,
 }
@@ -182,30 +166,41 @@ impl Shared {
         self.rt.as_ref().expect("the store's runtime").block_on(f)
     }
 
+    /// Whether a write may be taken: not once fenced (or failed for good). A lease that
+    /// lapsed on this node's clock does not stop a write: it stays pending until a sync
+    /// can commit it under the lease (see "When PostgreSQL goes away").
     fn writable(&self) -> StoreResult<()> {
         if let Some(e) = self.failed.lock().unwrap().as_ref() {
             return Err(copy_err(e));
         }
-        let lease = if self.clock_check.load(Ordering::SeqCst) {
-            self.lease.check()
-        } else if self.lease.lost.load(Ordering::SeqCst) {
-            Err(self.lease.fenced("a renewal found it taken over"))
-        } else {
-            Ok(())
-        };
-        if let Err(e) = &lease {
-            // For good: a renewal that gets through later must not let batches the engine
-            // already failed reach the table.
-            *self.failed.lock().unwrap() = Some(copy_err(e));
+        if self.lease.lost.load(Ordering::SeqCst) {
+            let e = self.lease.fenced("a renewal found it taken over");
+            *self.failed.lock().unwrap() = Some(copy_err(&e));
+            return Err(e);
         }
-        lease
+        Ok(())
+    }
+
+    /// `writable`, and the lease live on this node's clock.
+    fn committable(&self) -> StoreResult<()> {
+        self.writable()?;
+        if self.clock_check.load(Ordering::SeqCst) {
+            self.lease.check()?;
+        }
+        Ok(())
     }
 
     fn sync(&self) -> StoreResult<()> {
         let _order = self.sync_lock.lock().unwrap();
-        self.writable()?;
+        if let Err(e) = self.committable() {
+            if matches!(e, StoreError::Unavailable(_)) {
+                self.note_unsynced(&e);
+            }
+            return Err(e);
+        }
         let batches = std::mem::take(&mut self.overlay.write().unwrap().pending);
         let Some(upto) = batches.last().map(|b| b.seq) else {
+            *self.unsynced.lock().unwrap() = None;
             return Ok(());
         };
         // The net effect, in key order (so that concurrent transactions lock rows alike).
@@ -231,7 +226,7 @@ impl Shared {
             }
         }
         let lease = &self.lease;
-        let result = self.block_on(async {
+        let result = self.block_on(timed("a commit", async {
             let mut client = self.pool.get().await.map_err(pool_err)?;
             let tx = client.transaction().await.map_err(err)?;
             let fence = tx.prepare_cached(&self.sql.fence).await.map_err(err)?;
@@ -257,11 +252,29 @@ impl Shared {
                     .map_err(err)?;
             }
             tx.commit().await.map_err(err)
-        });
+        }));
         if let Err(e) = result {
+            if let StoreError::Unavailable(_) = e {
+                // Pending again, ahead of what was written meanwhile; their entries never
+                // left the overlay. The next sync commits them all (see the module docs).
+                drop(net);
+                let mut o = self.overlay.write().unwrap();
+                let newer = std::mem::take(&mut o.pending);
+                o.pending = batches;
+                o.pending.extend(newer);
+                drop(o);
+                self.note_unsynced(&e);
+                return Err(e);
+            }
             tracing::error!(error = %e, "postgres commit failed; refusing further writes");
             *self.failed.lock().unwrap() = Some(copy_err(&e));
             return Err(e);
+        }
+        if let Some((since, _)) = self.unsynced.lock().unwrap().take() {
+            tracing::warn!(
+                after_ms = since.elapsed().as_millis() as u64,
+                "postgres commits go through again"
+            );
         }
         let mut o = self.overlay.write().unwrap();
         for ((space, key), value) in net {
@@ -279,6 +292,46 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// Remember that commits fail for a reason that passes (logged when it starts).
+    fn note_unsynced(&self, e: &StoreError) {
+        let mut u = self.unsynced.lock().unwrap();
+        match u.as_mut() {
+            Some((_, why)) => *why = e.to_string(),
+            None => {
+                tracing::warn!(error = %e, "postgres commits fail; the writes are kept and \
+                    tried again");
+                *u = Some((std::time::Instant::now(), e.to_string()));
+            }
+        }
+    }
+
+    /// See [`Store::ready`].
+    fn ready(&self) -> StoreResult<()> {
+        if let Err(e) = self.committable() {
+            if matches!(e, StoreError::Unavailable(_)) {
+                self.note_unsynced(&e);
+            }
+            return Err(e);
+        }
+        let retry = {
+            let mut last = self.last_try.lock().unwrap();
+            match self.unsynced.lock().unwrap().as_ref() {
+                None => return Ok(()),
+                Some((_, why)) if last.is_some_and(|t| t.elapsed() < super::READY_RETRY) => {
+                    Some(why.clone())
+                }
+                Some(_) => {
+                    *last = Some(std::time::Instant::now());
+                    None
+                }
+            }
+        };
+        match retry {
+            Some(why) => Err(StoreError::Unavailable(why)),
+            None => self.sync(),
+        }
     }
 
     /// Visit the merged records of `space` with keys in `(lo, hi)`, ascending or (with
@@ -315,7 +368,7 @@ impl Shared {
             });
             sql.push_str(" LIMIT $3");
             let guard = self.overlay.read().unwrap();
-            let rows = self.block_on(async {
+            let rows = self.block_on(timed("a read", async {
                 let client = self.pool.get().await.map_err(pool_err)?;
                 let st = client.prepare_cached(&sql).await.map_err(err)?;
                 let mut p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -324,7 +377,7 @@ impl Shared {
                     p.push(k);
                 }
                 client.query(&st, &p).await.map_err(err)
-            })?;
+            }))?;
             let full = rows.len() as i64 == rows_wanted;
             rows_wanted = (rows_wanted * PAGE_GROWTH).min(MAX_PAGE_ROWS);
             // Values as `Bytes`, shared with the cache and the overlay rather than copied.
@@ -450,7 +503,8 @@ impl PostgresStore {
         let pool = Pool::builder(mgr)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
-            .create_timeout(Some(Duration::from_secs(10)))
+            .create_timeout(Some(STATEMENT_TIMEOUT))
+            .wait_timeout(Some(STATEMENT_TIMEOUT))
             .build()
             .map_err(|e| StoreError::Other(format!("postgres pool: {e}")))?;
         let part = i32::try_from(opts.part).map_err(|_| StoreError::Other("partition".into()))?;
@@ -476,9 +530,15 @@ impl PostgresStore {
                  WHERE part = $1 AND owner = $2 AND epoch = $3"
             ),
             heartbeat_sql: heartbeat_sql(&s),
+            prune_sql: format!(
+                "DELETE FROM {s}.ojs_nodes WHERE node <> $2 AND \
+                 (heartbeat_at IS NULL OR heartbeat_at < now() - $1::bigint * interval '1 millisecond') \
+                 AND NOT EXISTS (SELECT 1 FROM {s}.ojs_partitions p \
+                   WHERE p.owner = ojs_nodes.node AND p.lease_until > now())"
+            ),
             part,
             node: opts.node.clone(),
-            addr: opts.addr.clone(),
+            addr: Mutex::new(opts.addr.clone()),
             epoch,
             ttl: opts.lease_ttl,
             renewed_at: Mutex::new(renewed_at),
@@ -487,29 +547,7 @@ impl PostgresStore {
             paused: AtomicBool::new(false),
         });
         rt.spawn(lease.clone().renew_loop(opts.renew_every));
-        let sql = Sql {
-            get: format!(
-                "SELECT value FROM {s}.ojs_kv WHERE part = $1 AND space = $2 AND key = $3"
-            ),
-            fence: format!(
-                "SELECT 1 FROM {s}.ojs_partitions WHERE part = $1 AND epoch = $2 FOR SHARE"
-            ),
-            delete: format!(
-                "DELETE FROM {s}.ojs_kv k USING unnest($2::int2[], $3::bytea[]) AS d(space, key) \
-                 WHERE k.part = $1 AND k.space = d.space AND k.key = d.key"
-            ),
-            upsert: format!(
-                "INSERT INTO {s}.ojs_kv (part, space, key, value) \
-                 SELECT $1, * FROM unnest($2::int2[], $3::bytea[], $4::bytea[]) \
-                 ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
-            ),
-            size: format!("SELECT pg_total_relation_size('{s}.ojs_kv'::regclass)"),
-            release: format!(
-                "UPDATE {s}.ojs_partitions SET owner = NULL, lease_until = NULL \
-                 WHERE part = $1 AND owner = $2 AND epoch = $3"
-            ),
-            kv: format!("SELECT key, value FROM {s}.ojs_kv WHERE part = $1 AND space = $2"),
-        };
+        let sql = Sql::new(&s);
         let cluster = Arc::new(PgClusterView::new(
             pool.clone(),
             rt.handle().clone(),
@@ -528,6 +566,8 @@ impl PostgresStore {
                 cache: ReadCache::new(opts.read_cache_bytes),
                 sync_lock: Mutex::new(()),
                 failed: Mutex::new(None),
+                unsynced: Mutex::new(None),
+                last_try: Mutex::new(None),
                 clock_check: AtomicBool::new(true),
             }),
         })
@@ -612,7 +652,12 @@ impl Store for PostgresStore {
             o.bytes > OVERLAY_MAX_BYTES
         };
         if too_big {
-            sh.sync()?;
+            match sh.sync() {
+                // The batch is taken and pending; the overlay's bound waits for the database
+                // (the engine refuses clients' commands meanwhile, see `ready`).
+                Err(StoreError::Unavailable(_)) | Ok(()) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }
@@ -636,14 +681,14 @@ impl Store for PostgresStore {
             return Ok(v.map(|v| v.to_vec()));
         }
         let sp = space.index() as i16;
-        let row = sh.block_on(async {
+        let row = sh.block_on(timed("a read", async {
             let client = sh.pool.get().await.map_err(pool_err)?;
             let st = client.prepare_cached(&sh.sql.get).await.map_err(err)?;
             client
                 .query_opt(&st, &[&sh.lease.part, &sp, &key])
                 .await
                 .map_err(err)
-        })?;
+        }))?;
         let value: Option<Vec<u8>> = row.map(|r| r.get(0));
         // Still under the overlay's read lock: no sync can have put a newer value in the
         // cache since the query (see `postgres_cache.rs`).
@@ -718,6 +763,21 @@ impl Store for PostgresStore {
 
     fn cluster_view(&self) -> Option<Arc<dyn ClusterView>> {
         Some(self.cluster.clone())
+    }
+
+    fn ready(&self) -> StoreResult<()> {
+        self.shared.ready()
+    }
+
+    fn announce(&self, addr: &str) {
+        let sh = &self.shared;
+        let lease = sh.lease.clone();
+        let addr = addr.to_string();
+        // Registered now, so that CLUSTER shows it before the next renewal.
+        if let Err(e) = sh.block_on(timed("registering the node", lease.announce(addr))) {
+            tracing::warn!(error = %e, "could not register the node's address yet; the \
+                next renewal does");
+        }
     }
 }
 

@@ -44,6 +44,10 @@ fn is_fenced<T>(r: StoreResult<T>) -> bool {
     matches!(r, Err(StoreError::Fenced(_)))
 }
 
+fn is_unavailable<T>(r: StoreResult<T>) -> bool {
+    matches!(r, Err(StoreError::Unavailable(_)))
+}
+
 /// A frozen owner (no renewals, and a clock that did not run meanwhile, as in a paused VM)
 /// loses its partition to a node that takes it over once the lease expired in database
 /// time; its next sync is refused by the fence in the commit's own transaction, and
@@ -86,10 +90,13 @@ fn a_frozen_owner_is_fenced_once_another_node_took_its_partition() {
     assert_eq!(rows(&b, &a_opts.schema), vec!["before", "by-b"]);
 }
 
-/// A frozen owner whose own monotonic clock did run stops before its lease can have
-/// expired in the database (a margin of a fifth of the TTL), without asking the database.
+/// A frozen owner whose own monotonic clock did run stops committing before its lease can
+/// have expired in the database (a margin of a fifth of the TTL), without asking the
+/// database: its writes stay pending (`Unavailable`), readable but not in the table. A
+/// renewal that gets through again at the same epoch (no other node took the partition)
+/// lets them commit, in order, with the next sync.
 #[test]
-fn an_owner_stops_writing_when_its_lease_runs_out_on_its_own_clock() {
+fn an_owner_stops_committing_when_its_lease_lapses_on_its_own_clock() {
     if skipped() {
         return;
     }
@@ -99,14 +106,76 @@ fn an_owner_stops_writing_when_its_lease_runs_out_on_its_own_clock() {
     a.freeze_for_test(true, true);
     a.commit(put("early")).unwrap();
     std::thread::sleep(opts.lease_ttl * 4 / 5 + Duration::from_millis(50));
-    assert!(is_fenced(a.commit(put("late"))));
-    // Renewals that get through again (no other node took the partition) do not undo it:
-    // the engine already failed what it had written.
+    assert!(is_unavailable(a.commit(put("late"))));
+    assert!(is_unavailable(a.ready()));
+    assert_eq!(a.get(Space::Job, b"late").unwrap(), Some(b"late".to_vec()));
+    assert_eq!(rows(&a, &opts.schema), vec!["early".to_string()]);
     a.freeze_for_test(false, true);
     std::thread::sleep(opts.renew_every * 3);
+    a.ready().unwrap();
+    a.commit(put("later")).unwrap();
+    assert_eq!(rows(&a, &opts.schema), vec!["early", "late", "later"]);
+}
+
+/// The same lapse, but another node takes the partition meanwhile: the owner's renewal
+/// finds it taken, its store is fenced for good, and what it had pending never lands.
+#[test]
+fn a_lapsed_owner_whose_partition_was_taken_is_fenced() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a").unwrap();
+    let mut a = PostgresStore::open(&opts).unwrap();
+    a.freeze_for_test(true, true);
+    a.commit(put("early")).unwrap();
+    std::thread::sleep(opts.lease_ttl + Duration::from_millis(300));
+    assert!(is_unavailable(a.commit(put("pending"))));
+    let b = PostgresStore::open(&options(dir.path(), "node-b").unwrap()).unwrap();
+    a.freeze_for_test(false, true);
+    std::thread::sleep(opts.renew_every * 3);
+    assert!(is_fenced(a.ready()));
     assert!(is_fenced(a.syncer().unwrap().sync()));
-    assert!(is_fenced(a.commit(put("later"))));
-    assert_eq!(rows(&a, &opts.schema), vec!["early".to_string()]);
+    assert!(is_fenced(a.write(put("refused"))));
+    assert_eq!(rows(&b, &opts.schema), vec!["early".to_string()]);
+}
+
+/// The holder prunes `ojs_nodes` rows whose heartbeat is older than
+/// `PRUNE_AFTER_TTLS` leases, and keeps the others (a node gone a short while is still
+/// listed, as `gone`).
+#[test]
+fn the_holder_forgets_nodes_gone_for_long() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a").unwrap();
+    let a = PostgresStore::open(&opts).unwrap();
+    let s = &opts.schema;
+    a.sql_for_test(&format!(
+        "INSERT INTO {s}.ojs_nodes (node, peer_addr, heartbeat_at) VALUES \
+         ('long-gone', '10.0.0.1:7419', now() - interval '1 hour'), \
+         ('just-gone', '10.0.0.2:7419', now() - interval '3 seconds'), \
+         ('never-beat', NULL, NULL)"
+    ));
+    std::thread::sleep(opts.renew_every * 3);
+    let nodes: Vec<String> = a
+        .sql_for_test(&format!("SELECT node FROM {s}.ojs_nodes ORDER BY node"))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(nodes, vec!["just-gone", "node-a"]);
+    // Its own address, once announced, is what it registers from then on.
+    a.announce("127.0.0.1:27599");
+    std::thread::sleep(opts.renew_every * 2);
+    let addr: Vec<Option<String>> = a
+        .sql_for_test(&format!(
+            "SELECT peer_addr FROM {s}.ojs_nodes WHERE node = 'node-a'"
+        ))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(addr, vec![Some("127.0.0.1:27599".to_string())]);
 }
 
 /// Renewals keep the lease: past several TTLs the owner still commits, and another node is

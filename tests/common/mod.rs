@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 
 pub mod cluster;
 pub mod http;
+pub mod pg;
 pub mod raw;
 
 pub struct Server {
@@ -249,6 +250,22 @@ pub fn test_store() -> Option<String> {
     std::env::var("OJSD_TEST_STORE")
         .ok()
         .filter(|s| !s.is_empty())
+}
+
+/// True, with a notice, when the store the tests are asked to run on cannot be had:
+/// `OJSD_TEST_STORE=postgres` without `OJSD_TEST_POSTGRES_URL`. The suites that CI runs
+/// on every store start each test with it (and return), so that asking for PostgreSQL
+/// where there is none skips them instead of failing.
+pub fn store_missing() -> bool {
+    let missing = test_store().as_deref() == Some("postgres")
+        && std::env::var("OJSD_TEST_POSTGRES_URL").map_or(true, |u| u.is_empty());
+    if missing {
+        eprintln!(
+            "skipped: OJSD_TEST_STORE=postgres but OJSD_TEST_POSTGRES_URL is not set \
+             (source .ci/postgres.sh, or .ci/run, sets it)"
+        );
+    }
+    missing
 }
 
 /// The test database for `OJSD_TEST_STORE=postgres` (.ci/run starts one and sets it).
