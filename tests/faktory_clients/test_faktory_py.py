@@ -453,7 +453,7 @@ class FaktoryPy(unittest.TestCase):
         # after it may lose the claim, and the job is then simply available again, never
         # handed out. Any later acknowledged write makes the claim durable (batches commit
         # in order), which is the case this test is about.
-        self.push("Marker", [])
+        self.push("Marker", [], queue="marker")
         self.srv.restart()  # SIGKILL, then start on the same data dir
         c2 = faktory.Client(faktory=self.srv.url, timeout=10)
         c2.connect()
