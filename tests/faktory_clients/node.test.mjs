@@ -342,6 +342,11 @@ test('ACK by jid after kill -9 and restart completes the job', async (t) => {
   const c1 = new Client(srv.opts);
   const jid = await c1.push({ jobtype: 'Durable', args: [42] });
   assert.equal((await c1.fetch('default'))?.jid, jid);
+  // A FETCH reply leaves before its claim is on disk (PROTOCOL.md 4.1): a kill right after
+  // it may lose the claim, and the job is then simply available again, never handed out.
+  // A later acknowledged write makes the claim durable (batches commit in order), which is
+  // the case this test is about.
+  await c1.push({ jobtype: 'Marker', args: [], queue: 'marker' });
   await c1.close().catch(() => {});
   await srv.restart(); // SIGKILL, then start on the same data dir
   const c2 = new Client(srv.opts);
