@@ -83,6 +83,12 @@ pub(super) fn job_data(job: &Job) -> Map<String, Value> {
     m
 }
 
+/// How often the event log is pruned, how often while a pruning stopped short (the log
+/// grows faster than one slice a period removes), and how long one pruning may read.
+pub(super) const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+pub(super) const PRUNE_EVERY_BEHIND: std::time::Duration = std::time::Duration::from_millis(10);
+const PRUNE_BUDGET: std::time::Duration = std::time::Duration::from_millis(2);
+
 impl Engine {
     /// Record an event in this batch.
     pub(super) fn emit(
@@ -380,8 +386,16 @@ impl Engine {
     /// bounded number per call. Whole records go: one is dropped once its newest event is
     /// past the age or its last cursor is past the count, so the log may keep up to one
     /// commit's events beyond either limit.
-    pub(super) fn prune_events(&mut self, txn: &mut Txn) {
+    /// Drop the oldest records of the log past the event retention or the event count
+    /// bound, a slice at a time: at most [`PRUNE_BUDGET`] of reading per call, every
+    /// [`PRUNE_EVERY`] (every [`PRUNE_EVERY_BEHIND`] while a call stops short: returns
+    /// true then), so that a log growing by tens of thousands of events a second is pruned
+    /// without an iteration everyone waits for (it read up to 10,000 events once a second,
+    /// 10 ms and more).
+    pub(super) fn prune_events(&mut self, txn: &mut Txn) -> bool {
         const MAX_PER_CALL: u64 = 10_000;
+        let deadline = std::time::Instant::now() + PRUNE_BUDGET;
+        let mut short = false;
         let count = self.events.next - self.events.oldest;
         let over = count.saturating_sub(self.cfg.events.max_count);
         let count_end = self.events.oldest + over;
@@ -407,15 +421,17 @@ impl Engine {
                 }
                 drop.push(first);
                 end = last + 1;
-                end - self.events.oldest < MAX_PER_CALL
+                short = end - self.events.oldest >= MAX_PER_CALL
+                    || std::time::Instant::now() >= deadline;
+                !short
             },
         );
         if let Err(e) = scan {
             tracing::error!(error = %e, "could not read the event log to prune it");
-            return;
+            return false;
         }
         if drop.is_empty() {
-            return;
+            return false;
         }
         for first in drop {
             txn.batch.delete(Space::Event, &events::cursor_key(first));
@@ -429,6 +445,7 @@ impl Engine {
             b"event_next",
             events::cursor_key(self.events.next).to_vec(),
         );
+        short
     }
 
     /// Find the log's bounds at start-up.

@@ -257,6 +257,10 @@ pub struct Engine {
     /// Jobs claimed for a FETCH whose connection closed before the reply; put back next turn.
     undelivered: Vec<uuid::Uuid>,
     last_prune: Instant,
+    /// When the event log was last pruned (`events.rs`: a slice every 100 ms), and whether
+    /// that slice stopped short of all there was to prune.
+    last_event_prune: Instant,
+    event_prune_behind: bool,
     /// Engine-clock time of the batch being applied.
     now: DateTime<Utc>,
     rx: Receiver<Msg>,
@@ -320,6 +324,8 @@ pub fn start(
         metrics: metrics::Metrics::new(max_metric_series),
         undelivered: Vec::new(),
         last_prune: Instant::now(),
+        last_event_prune: Instant::now(),
+        event_prune_behind: false,
         now: Utc::now(),
         rx,
         cache: Default::default(),
@@ -470,9 +476,17 @@ impl Engine {
             }
             self.sample_overview();
             self.serve_waiters(&mut txn, stopping);
+            let prune_every = if self.event_prune_behind {
+                events::PRUNE_EVERY_BEHIND
+            } else {
+                events::PRUNE_EVERY
+            };
+            if away.is_none() && self.last_event_prune.elapsed() >= prune_every {
+                self.last_event_prune = Instant::now();
+                self.event_prune_behind = self.prune_events(&mut txn);
+            }
             if away.is_none() && self.last_prune.elapsed() >= Duration::from_secs(1) {
                 self.last_prune = Instant::now();
-                self.prune_events(&mut txn);
                 self.note_job_count(&mut txn);
                 self.retire_idle_queues();
             } else if stopping {
