@@ -572,3 +572,34 @@ fn retry_policy_and_visibility_timeout_options_are_honoured() {
     );
     assert_eq!(status, 400, "{body}");
 }
+
+#[test]
+fn cron_delete_answers_the_removed_entry_as_cron() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    for name in ["conf-delete", "conf-tcp"] {
+        let (status, body) = post(
+            &a,
+            "/ojs/v1/cron",
+            json!({"name": name, "expression": "0 0 * * *",
+                "job_template": {"type": "cron.test.delete", "args": [], "options": {"queue": "c"}}}),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let r = common::http::send(&a, "DELETE", "/ojs/v1/cron/conf-delete", "");
+    let body = r.json();
+    assert_eq!(r.status, 200, "{body}");
+    assert_eq!(
+        (&body["deleted"], &body["name"]),
+        (&json!(true), &json!("conf-delete"))
+    );
+    assert_eq!(body["cron"]["name"], "conf-delete", "{body}");
+    assert_eq!(body["cron"]["expression"], "0 0 * * *", "{body}");
+    let list = common::http::send(&a, "GET", "/ojs/v1/cron", "").json();
+    assert_eq!(list["crons"].as_array().map(Vec::len), Some(1), "{list}");
+    let r = common::http::send(&a, "DELETE", "/ojs/v1/cron/conf-delete", "");
+    assert_eq!(r.status, 404);
+    // TCP's CRON DEL still answers +OK.
+    let mut c = srv.client();
+    common::call_ok(&mut c, "CRON DEL conf-tcp");
+}
