@@ -22,10 +22,6 @@ TEMPLATE = re.compile(r"\{\{steps\.([^.]+)\.response\.body\.([^}]+)\}\}")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
-RANGE = re.compile(r"^number:range\((-?\d+(?:\.\d+)?),\s*(-?\d+(?:\.\d+)?)\)$")
-LENGTH = re.compile(r"^array:length\((\d+)\)$")
-APPROX = re.compile(r"^~(\d+(?:\.\d+)?)$")
-MISSING = object()  # a path that does not resolve (Go's nil)
 
 
 class Mismatch(Exception):
@@ -44,18 +40,8 @@ def gofmt(v):
 
 
 def split_path(path):
-    parts, cur, depth = [], "", 0
-    for ch in path:
-        if ch == "." and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        depth += ch == "["
-        depth -= ch == "]"
-        cur += ch
-    if cur:
-        parts.append(cur)
-    return parts
+    """Dot-separated parts, dots inside [...] kept (lib.splitJSONPath)."""
+    return re.findall(r"(?:[^.\[]|\[[^\]]*\])+", path)
 
 
 def resolve(path, data):
@@ -147,60 +133,55 @@ def match(m, v):
         match_obj(m, v)
 
 
-def match_str(m, v):
-    def need(ok, what):
-        if not ok:
-            raise Mismatch("expected %s, got %s" % (what, json.dumps(v)))
+def S(v):
+    return isinstance(v, str)
 
-    if m == "any":
-        return
-    if m == "absent":
-        return need(v is None, "absent")
-    if m == "exists":
-        return need(v is not None, "field to exist")
-    if m in ("string:nonempty", "string:non_empty"):
-        return need(isinstance(v, str) and v != "", "non-empty string")
-    if m == "string:uuid":
-        return need(isinstance(v, str) and UUID.match(v), "UUID")
-    if m == "string:uuidv7":
-        return need(isinstance(v, str) and UUID7.match(v), "UUIDv7")
-    if m == "string:datetime":
-        return need(isinstance(v, str) and DATETIME.match(v), "RFC 3339 datetime")
-    if m == "number:positive":
-        return need(is_num(v) and v > 0, "positive number")
-    if m == "number:non_negative":
-        return need(is_num(v) and v >= 0, "non-negative number")
-    if m == "array:nonempty":
-        return need(isinstance(v, list) and v, "non-empty array")
-    if m == "array:empty":
-        return need(isinstance(v, list) and not v, "empty array")
-    for prefix in ("array:min_length:", "array:min:"):
-        if m.startswith(prefix):
-            n = int(m[len(prefix) :])
-            return need(isinstance(v, list) and len(v) >= n, "array of at least %d" % n)
-    if m.startswith("array:length:") or LENGTH.match(m):
-        n = int(m[len("array:length:") :]) if m.startswith("array:length:") else int(LENGTH.match(m).group(1))
-        return need(isinstance(v, list) and len(v) == n, "array of length %d" % n)
-    if m.startswith("contains:") or m.startswith("not_contains:"):
-        neg = m.startswith("not_")
-        target = m.split(":", 1)[1]
-        need(isinstance(v, list), "array")
-        found = any(gofmt(x) == target for x in v)
-        return need(found != neg, ("no " if neg else "") + "element %r" % target)
-    if m.startswith("string:contains:"):
-        s = m[len("string:contains:") :]
-        return need(isinstance(v, str) and s in v, "string containing %r" % s)
-    r = RANGE.match(m)
-    if r:
-        lo, hi = float(r.group(1)), float(r.group(2))
-        return need(is_num(v) and lo <= v <= hi, "number in [%s, %s]" % (lo, hi))
-    a = APPROX.match(m)
-    if a:
-        want = float(a.group(1))
-        return need(is_num(v) and abs(v - want) <= want * 0.5, "~%s" % want)
-    if m.startswith("string:pattern(") and m.endswith(")"):
-        return need(isinstance(v, str) and re.search(m[15:-1], v), "string matching %s" % m[15:-1])
-    need(v == m and isinstance(v, str), json.dumps(m))
+
+def L(v):
+    return isinstance(v, list)
+
+
+# lib.MatchAssertion's string matchers: fixed words, then patterns whose groups are arguments.
+FIXED = {
+    "any": (lambda v: True, "anything"),
+    "absent": (lambda v: v is None, "absent"),
+    "exists": (lambda v: v is not None, "field to exist"),
+    "string:nonempty": (lambda v: S(v) and v != "", "non-empty string"),
+    "string:non_empty": (lambda v: S(v) and v != "", "non-empty string"),
+    "string:uuid": (lambda v: S(v) and UUID.match(v), "UUID"),
+    "string:uuidv7": (lambda v: S(v) and UUID7.match(v), "UUIDv7"),
+    "string:datetime": (lambda v: S(v) and DATETIME.match(v), "RFC 3339 datetime"),
+    "number:positive": (lambda v: is_num(v) and v > 0, "positive number"),
+    "number:non_negative": (lambda v: is_num(v) and v >= 0, "non-negative number"),
+    "array:nonempty": (lambda v: L(v) and len(v) > 0, "non-empty array"),
+    "array:empty": (lambda v: L(v) and not v, "empty array"),
+}
+PATTERNS = [
+    (r"array:(?:min_length|min):(\d+)", lambda v, n: L(v) and len(v) >= int(n), "array of at least {}"),
+    (r"array:length(?::|\()(\d+)\)?", lambda v, n: L(v) and len(v) == int(n), "array of length {}"),
+    (r"contains:(.*)", lambda v, t: L(v) and any(gofmt(x) == t for x in v), "array containing {!r}"),
+    (r"not_contains:(.*)", lambda v, t: L(v) and all(gofmt(x) != t for x in v), "array without {!r}"),
+    (r"string:contains:(.*)", lambda v, t: S(v) and t in v, "string containing {!r}"),
+    (r"number:range\((-?\d+(?:\.\d+)?),\s*(-?\d+(?:\.\d+)?)\)",
+     lambda v, lo, hi: is_num(v) and float(lo) <= v <= float(hi), "number in [{}, {}]"),
+    (r"~(\d+(?:\.\d+)?)", lambda v, w: is_num(v) and abs(v - float(w)) <= float(w) * 0.5, "~{}"),
+    (r"string:pattern\((.*)\)", lambda v, p: S(v) and re.search(p, v), "string matching {}"),
+]
+
+
+def match_str(m, v):
+    if m in FIXED:
+        ok, what = FIXED[m][0](v), FIXED[m][1]
+    else:
+        for pat, pred, desc in PATTERNS:
+            g = re.fullmatch(pat, m, re.S)
+            if g:
+                ok, what = pred(v, *g.groups()), desc.format(*g.groups())
+                break
+        else:
+            ok, what = S(v) and v == m, json.dumps(m)
+    if not ok:
+        raise Mismatch("expected %s, got %s" % (what, json.dumps(v)))
 
 
 def match_obj(m, v):
@@ -258,13 +239,9 @@ def match_obj(m, v):
 
 
 def json_type(v):
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if is_num(v):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(v), type(v).__name__)
+    if isinstance(v, bool) or v is None:
+        return "boolean" if v is not None else "null"
+    return "number" if is_num(v) else {str: "string", list: "array", dict: "object"}.get(type(v), "?")
 
 
 def fill(text, results):
