@@ -108,10 +108,13 @@ fn http_routes() {
     assert_eq!(status, 400);
 
     let del = http::request(a, "DELETE", "/ojs/v1/cron/web-report", &[]);
+    let body = del.json();
     assert_eq!(
-        (del.status, del.json()),
-        (200, json!({"deleted": true, "name": "web-report"}))
+        (del.status, &body["deleted"], &body["name"]),
+        (200, &json!(true), &json!("web-report"))
     );
+    // Beside the binding's fields, the removed entry (PROTOCOL.md §14 reading 31).
+    assert_eq!(body["cron"]["name"], "web-report", "{body}");
     let again = http::request(a, "DELETE", "/ojs/v1/cron/web-report", &[]);
     assert_eq!(
         (again.status, again.json()["error"]["code"].clone()),

@@ -467,3 +467,139 @@ fn max_attempts_is_shown_and_taken_beside_retry() {
     assert_eq!(v["retry"]["max_attempts"], 4, "{v}");
     assert!(v.get("max_attempts").is_none(), "{v}");
 }
+
+#[test]
+fn a_fetch_of_one_job_also_names_it_job() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    let (_, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [1], "options": {"queue": "one"}}),
+    );
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    let (status, got) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["one"], "worker_id": "w", "wait_ms": 0}),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["jobs"][0]["id"], id.as_str(), "{got}");
+    assert_eq!(got["job"], got["jobs"][0], "{got}");
+    // None came: no `job`; more than one asked for: `jobs` only.
+    let (_, none) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["one"], "worker_id": "w", "wait_ms": 0}),
+    );
+    assert_eq!(none, json!({"jobs": []}));
+    for i in 0..2 {
+        post(
+            &a,
+            "/ojs/v1/jobs",
+            json!({"type": "a.b", "args": [i], "options": {"queue": "two"}}),
+        );
+    }
+    let (_, two) = post(
+        &a,
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["two"], "worker_id": "w", "wait_ms": 0, "count": 2}),
+    );
+    assert_eq!(two["jobs"].as_array().map(Vec::len), Some(2), "{two}");
+    assert!(two.get("job").is_none(), "{two}");
+}
+
+#[test]
+fn retry_policy_and_visibility_timeout_options_are_honoured() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    // The suite's `retry_policy` is the policy: one attempt, so one NACK discards.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "options": {"queue": "rp",
+            "retry_policy": {"max_attempts": 1, "initial_interval_ms": 1500},
+            "visibility_timeout": "PT2.5S"}}),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["job"]["retry"]["max_attempts"], 1, "{body}");
+    assert_eq!(body["job"]["retry"]["initial_interval"], "PT1.5S", "{body}");
+    assert_eq!(
+        body["job"]["timeout"], 3,
+        "rounded up to whole seconds: {body}"
+    );
+    assert!(body["job"].get("retry_policy").is_none(), "{body}");
+    assert!(body["job"].get("visibility_timeout").is_none(), "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_string();
+    assert_eq!(fetch(&a, "rp", "w")["id"], id.as_str());
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "worker_id": "w", "error": {"type": "E", "message": "m"}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "discarded", "{body}");
+    // Both names at once, or a bad duration: refused.
+    for options in [
+        json!({"retry": {"max_attempts": 2}, "retry_policy": {"max_attempts": 1}}),
+        json!({"visibility_timeout": "3 seconds"}),
+        json!({"visibility_timeout": 3}),
+    ] {
+        let (status, body) = post(
+            &a,
+            "/ojs/v1/jobs",
+            json!({"type": "a.b", "args": [], "options": options}),
+        );
+        assert_eq!(status, 400, "{options}: {body}");
+    }
+    // In a workflow's jobs too.
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workflows",
+        json!({"type": "group", "name": "g", "jobs": [
+            {"type": "a.b", "args": [], "options": {"queue": "wq",
+                "retry_policy": {"max_attempts": 1}, "visibility_timeout": "PT4S"}}]}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let job = fetch(&a, "wq", "w");
+    assert_eq!(job["retry"]["max_attempts"], 1, "{job}");
+    assert_eq!(job["timeout"], 4, "{job}");
+    let (status, body) = post(
+        &a,
+        "/ojs/v1/workflows",
+        json!({"type": "group", "name": "g", "jobs": [
+            {"type": "a.b", "args": [], "options": {"visibility_timeout": "soon"}}]}),
+    );
+    assert_eq!(status, 400, "{body}");
+}
+
+#[test]
+fn cron_delete_answers_the_removed_entry_as_cron() {
+    let srv = Server::start();
+    let a = srv.http_addr.clone();
+    for name in ["conf-delete", "conf-tcp"] {
+        let (status, body) = post(
+            &a,
+            "/ojs/v1/cron",
+            json!({"name": name, "expression": "0 0 * * *",
+                "job_template": {"type": "cron.test.delete", "args": [], "options": {"queue": "c"}}}),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let r = common::http::send(&a, "DELETE", "/ojs/v1/cron/conf-delete", "");
+    let body = r.json();
+    assert_eq!(r.status, 200, "{body}");
+    assert_eq!(
+        (&body["deleted"], &body["name"]),
+        (&json!(true), &json!("conf-delete"))
+    );
+    assert_eq!(body["cron"]["name"], "conf-delete", "{body}");
+    assert_eq!(body["cron"]["expression"], "0 0 * * *", "{body}");
+    let list = common::http::send(&a, "GET", "/ojs/v1/cron", "").json();
+    assert_eq!(list["crons"].as_array().map(Vec::len), Some(1), "{list}");
+    let r = common::http::send(&a, "DELETE", "/ojs/v1/cron/conf-delete", "");
+    assert_eq!(r.status, 404);
+    // TCP's CRON DEL still answers +OK.
+    let mut c = srv.client();
+    common::call_ok(&mut c, "CRON DEL conf-tcp");
+}

@@ -319,6 +319,8 @@ pub enum CronCmd {
     },
     Get(String),
     Del(String),
+    /// CRON DEL answering the entry it removed (HTTP `DELETE /ojs/v1/cron/{name}`).
+    Remove(String),
     Enable(String),
     Disable(String),
 }

@@ -6,7 +6,7 @@
 //! | `POST /ojs/v1/cron` | register or update: `201` (new) or `200` (updated) `{"cron_job"}` |
 //! | `GET /ojs/v1/cron/{name}` | `{"cron_job"}` |
 //! | `PATCH /ojs/v1/cron/{name}` `{"enabled": bool}` | `{"cron_job"}` |
-//! | `DELETE /ojs/v1/cron/{name}` | `{"deleted": true, "name"}` |
+//! | `DELETE /ojs/v1/cron/{name}` | `{"deleted": true, "name", "cron"}` (`cron`: the removed entry) |
 //!
 //! Beside the binding's keys each answer carries the conformance suite's (PROTOCOL.md §14
 //! reading 12): `cron` beside `cron_job`, `crons` beside `cron_jobs`, and in every entry
@@ -202,6 +202,13 @@ pub async fn delete(
     State(st): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    call(&st, CronCmd::Del(name.clone())).await?;
-    Ok(ok(StatusCode::OK, &json!({"deleted": true, "name": name})))
+    // The binding's `{"deleted", "name"}` and, for the suite, the removed entry as `cron`
+    // (PROTOCOL.md §14 reading 31), from the same engine step that removed it.
+    let (removed, _) = one(&st, CronCmd::Remove(name.clone())).await?;
+    let mut entry = removed.cron_job;
+    with_expression(&mut entry);
+    Ok(ok(
+        StatusCode::OK,
+        &json!({"deleted": true, "name": name, "cron": entry}),
+    ))
 }

@@ -17,8 +17,9 @@ fn iso_ms<E>(ms: &Value, what: &str, err: &impl Fn(String) -> E) -> Result<Value
 
 /// Fold a request's `options` (the HTTP binding's §9.1 shape, which the SDKs also send over
 /// TCP) into the envelope's own attributes: `queue`, `priority`, `timeout_ms` (as whole
-/// seconds, rounded up), `delay_until` (as `scheduled_at`), `retry` with `*_ms` durations
-/// (as ISO 8601), `metadata` (merged into `meta`), the rest as they are. `err` makes the
+/// seconds, rounded up), `delay_until` (as `scheduled_at`), `retry` (or `retry_policy`) with
+/// `*_ms` durations (as ISO 8601), `visibility_timeout` (an ISO 8601 duration, as whole
+/// seconds of `timeout`), `metadata` (merged into `meta`), the rest as they are. `err` makes the
 /// front end's error from a message.
 pub fn fold<E>(
     mut req: Map<String, Value>,
@@ -29,6 +30,7 @@ pub fn fold<E>(
         Some(Value::Object(o)) => o,
         Some(_) => return Err(err("options must be a JSON object".into())),
     };
+    let mut retry_from_options = false;
     for (k, v) in options {
         let (key, value) = match k.as_str() {
             "queue" | "priority" | "expires_at" | "unique" | "tags" | "pending"
@@ -41,9 +43,18 @@ pub fn fold<E>(
                 // The envelope's timeout is whole seconds; a part of a second rounds up.
                 ("timeout".to_string(), json!(ms.div_ceil(1000)))
             }
-            "retry" => {
+            // `retry_policy` is the conformance suite's name for the same object (PROTOCOL.md
+            // §14 reading 18); given with `retry`, the request is ambiguous and refused.
+            "retry" | "retry_policy" => {
+                if retry_from_options {
+                    return Err(err(
+                        "options.retry and options.retry_policy are the same policy: give one"
+                            .into(),
+                    ));
+                }
+                retry_from_options = true;
                 let Value::Object(r) = v else {
-                    return Err(err("options.retry must be a JSON object".into()));
+                    return Err(err(format!("options.{k} must be a JSON object")));
                 };
                 let mut out = Map::new();
                 for (rk, rv) in r {
@@ -60,6 +71,18 @@ pub fn fold<E>(
                     }
                 }
                 ("retry".to_string(), Value::Object(out))
+            }
+            // The suite's ISO 8601 form of `visibility_timeout_ms` (reading 18).
+            "visibility_timeout" => {
+                let d = v
+                    .as_str()
+                    .ok_or_else(|| err(format!("options.{k} must be an ISO 8601 duration")))
+                    .and_then(|s| {
+                        super::duration::parse_duration(s)
+                            .map_err(|e| err(format!("options.{k}: {e}")))
+                    })?;
+                let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                ("timeout".to_string(), json!(secs))
             }
             "metadata" => {
                 let Value::Object(extra) = v else {

@@ -87,7 +87,7 @@ impl Command {
                 CronCmd::Add(_) => "CRON ADD",
                 CronCmd::List { .. } => "CRON LIST",
                 CronCmd::Get(_) => "CRON GET",
-                CronCmd::Del(_) => "CRON DEL",
+                CronCmd::Del(_) | CronCmd::Remove(_) => "CRON DEL",
                 CronCmd::Enable(_) => "CRON ENABLE",
                 CronCmd::Disable(_) => "CRON DISABLE",
             },
@@ -148,7 +148,11 @@ pub fn required_role(cmd: &Command) -> Need {
             DeadCmd::Retry(_) | DeadCmd::RetryAll(_) | DeadCmd::Delete(_) | DeadCmd::DeleteAll(_),
         ) => Need::Admin,
         Command::Cron(
-            CronCmd::Add(_) | CronCmd::Del(_) | CronCmd::Enable(_) | CronCmd::Disable(_),
+            CronCmd::Add(_)
+            | CronCmd::Del(_)
+            | CronCmd::Remove(_)
+            | CronCmd::Enable(_)
+            | CronCmd::Disable(_),
         ) => Need::Admin,
         Command::Workflow(WorkflowCmd::Cancel(_)) => Need::Admin,
         Command::Cancel { .. }

@@ -17,11 +17,14 @@ use serde_json::{Map, Value};
 mod dag;
 
 /// Options accepted in a job's `options` object, and the envelope attribute each sets.
-/// `timeout_ms` is converted to whole seconds (rounded up), the rest are moved as they are.
+/// `timeout_ms` and `visibility_timeout` (ISO 8601) are converted to whole seconds (rounded
+/// up), the rest are moved as they are; `retry_policy` is the conformance suite's name for
+/// `retry` (PROTOCOL.md §14 reading 18).
 const OPTIONS: &[(&str, &str)] = &[
     ("queue", "queue"),
     ("priority", "priority"),
     ("retry", "retry"),
+    ("retry_policy", "retry"),
     ("unique", "unique"),
     ("expires_at", "expires_at"),
     ("scheduled_at", "scheduled_at"),
@@ -29,6 +32,7 @@ const OPTIONS: &[(&str, &str)] = &[
     ("timeout", "timeout"),
     ("timeout_ms", "timeout"),
     ("visibility_timeout_ms", "timeout"),
+    ("visibility_timeout", "timeout"),
     ("pending", "pending"),
     ("tags", "tags"),
 ];
@@ -391,6 +395,18 @@ impl Ctx<'_> {
                             None => {
                                 let msg = "must be a non-negative integer number of milliseconds";
                                 self.problem(at, msg.into());
+                                ok = false;
+                                continue;
+                            }
+                        }
+                    } else if key == "visibility_timeout" {
+                        let d = value.as_str().map(crate::job::duration::parse_duration);
+                        match d {
+                            Some(Ok(d)) => {
+                                Value::from(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+                            }
+                            _ => {
+                                self.problem(at, "must be an ISO 8601 duration".into());
                                 ok = false;
                                 continue;
                             }

@@ -104,23 +104,37 @@ impl Engine {
                 })))
             }
             CronCmd::Del(name) => {
-                let e = self
-                    .cron
-                    .entries
-                    .remove(&name)
-                    .ok_or_else(|| not_found(&name))?;
-                if let Some(k) = e.due_key() {
-                    self.cron.due.remove(&k);
-                }
-                for id in &e.jobs {
-                    self.cron.by_job.remove(id);
-                }
-                txn.batch.delete(Space::Cron, name.as_bytes());
+                self.cron_del(txn, &name)?;
                 Ok(reply(Answer::Ok))
+            }
+            CronCmd::Remove(name) => {
+                let cron_job = self.cron_del(txn, &name)?.view();
+                Ok(reply(Answer::CronJob(api::CronJob {
+                    cron_job,
+                    created: None,
+                })))
             }
             CronCmd::Enable(name) => self.cron_toggle(txn, &name, true),
             CronCmd::Disable(name) => self.cron_toggle(txn, &name, false),
         }
+    }
+
+    /// CRON DEL: forget the entry (jobs it already enqueued are not touched); the removed
+    /// entry is handed back for the answers that show it.
+    fn cron_del(&mut self, txn: &mut Txn, name: &str) -> OjsResult<Entry> {
+        let e = self
+            .cron
+            .entries
+            .remove(name)
+            .ok_or_else(|| not_found(name))?;
+        if let Some(k) = e.due_key() {
+            self.cron.due.remove(&k);
+        }
+        for id in &e.jobs {
+            self.cron.by_job.remove(id);
+        }
+        txn.batch.delete(Space::Cron, name.as_bytes());
+        Ok(e)
     }
 
     /// Take an entry out of the live set (to change it or evaluate it).
