@@ -84,6 +84,12 @@ fn push_job_queues_and_stats_show_what_the_server_holds() {
     assert_eq!(row.split_whitespace().nth(2), Some("2"), "{table}");
     let stats = ok(&srv, &["stats"]);
     assert!(stats.contains("jobs 2"), "{stats}");
+    // A queue's state in the binding's words (active/paused), as `ojsd queues` says it.
+    let mail = stats
+        .lines()
+        .find(|l| l.starts_with("mail"))
+        .expect("mail in stats");
+    assert_eq!(mail.split_whitespace().nth(1), Some("active"), "{stats}");
     assert_eq!(ok_json(&srv, &["stats"])["totals"]["enqueued"], 2);
 
     let r = ojsd(&srv, &["job", "no-such-job"]);

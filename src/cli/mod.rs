@@ -682,12 +682,18 @@ fn stats(conn: &Conn) -> Res {
         "cancelled",
         "discarded",
     ];
-    let mut head = vec!["queue", "paused"];
+    // A queue's state in the one vocabulary of the binding and `ojsd queues`.
+    let mut head = vec!["queue", "state"];
     head.extend(states);
     let mut t = Table::new(&head);
     if let Some(qs) = v["queues"].as_object() {
         for (name, q) in qs {
-            let mut row = vec![name.clone(), s(&q["paused"])];
+            let state = if q["paused"] == true {
+                "paused"
+            } else {
+                "active"
+            };
+            let mut row = vec![name.clone(), state.to_string()];
             row.extend(states.iter().map(|st| s(&q[*st])));
             t.row(row);
         }

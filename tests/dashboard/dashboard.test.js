@@ -151,7 +151,7 @@ test("queues: pause shows at once, and a job pushed while open arrives live", as
   await page.waitForFunction(() => document.querySelector('tr[data-queue="mail"] .count-available')?.textContent === "3");
   await shot("queues");
   await page.locator('tr[data-queue="mail"]').getByRole("button", { name: "Resume" }).click();
-  await page.waitForSelector('tr[data-queue="mail"] .status .running');
+  await page.waitForSelector('tr[data-queue="mail"] .status .active-q');
 });
 
 test("jobs: list by queue and state, find one, see its envelope, errors and events", async () => {

@@ -92,7 +92,7 @@ pages.queues = {
     const stats = await Promise.all(items.map((q) => api("GET", `/ojs/v1/admin/queues/${enc(q.name)}`).catch(() => null)));
     const rows = items.map((q, i) => el("tr", { "data-queue": q.name },
       el("td", {}, el("a", { href: `#/jobs?queue=${enc(q.name)}` }, q.name)),
-      el("td", { class: "status" }, stateBadge(q.paused ? "paused" : "running")),
+      el("td", { class: "status" }, el("span", { class: `state ${q.paused ? "paused" : "active-q"}` }, q.paused ? "paused" : "active")),
       ...["available", "active", "scheduled", "retryable", "completed", "discarded"].map((s) =>
         el("td", { class: `num count-${s}` }, fmtNum(q.counts[s]))),
       el("td", { class: "num latency" }, stats[i] ? fmtMs(stats[i].latency_ms) : "—"),
