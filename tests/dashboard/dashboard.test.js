@@ -154,6 +154,20 @@ test("queues: pause shows at once, and a job pushed while open arrives live", as
   await page.waitForSelector('tr[data-queue="mail"] .status .active-q');
 });
 
+test("jobs: a Faktory client's job type and queue show as it wrote them", async () => {
+  assert.deepEqual(await page.evaluate(() => [
+    writtenName("type", "fk.x_53end_45mail"), writtenName("queue", "fk.-43ritical-5f-51"),
+    writtenName("type", "email.send"), writtenName("queue", "mail"), writtenName("type", "fk.x_zz"),
+  ]), ["SendEmail", "Critical_Q", "email.send", "mail", "fk.x_zz"]);
+  // The escaped names a Faktory PUSH of jobtype SendEmail to queue Critical_Q is filed under.
+  const job = await push(srv, "fk.x_53end_45mail", { queue: "fk.-43ritical-5f-51" });
+  await open(`#/job/${job.id}`);
+  await page.waitForSelector("#envelope");
+  const text = await page.textContent("main");
+  assert.ok(text.includes("SendEmail · queue Critical_Q"), text.slice(0, 300));
+  await http(srv, "DELETE", `/ojs/v1/jobs/${job.id}`);
+});
+
 test("jobs: list by queue and state, find one, see its envelope, errors and events", async () => {
   await open("#/jobs?queue=media");
   assert.equal(await page.locator("tbody tr[data-job]").count(), 3);

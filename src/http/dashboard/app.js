@@ -31,6 +31,30 @@ const svgEl = (tag, attrs = {}, ...children) => {
 };
 
 const stateBadge = (s) => el("span", { class: `state ${s}` }, s);
+
+/** A job type or queue as its client wrote it: the Faktory port files names OJS does not
+ *  allow under an escaped name (`fk.x_53end_45mail` for the type `SendEmail`,
+ *  `fk.-43ritical-5f-51` for the queue `Critical_Q`; PROTOCOL.md §15); others as they are. */
+function writtenName(kind, name) {
+  const [prefix, esc] = kind === "type" ? ["fk.x", "_"] : ["fk.", "-"];
+  if (typeof name !== "string" || !name.startsWith(prefix)) return name;
+  const rest = name.slice(prefix.length), bytes = [];
+  for (let i = 0; i < rest.length; i++) {
+    if (rest[i] === esc) {
+      const b = parseInt(rest.slice(i + 1, i + 3), 16);
+      if (!/^[0-9a-f]{2}$/.test(rest.slice(i + 1, i + 3))) return name;
+      bytes.push(b);
+      i += 2;
+    } else {
+      bytes.push(rest.charCodeAt(i));
+    }
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(new Uint8Array(bytes));
+  } catch {
+    return name;
+  }
+}
 const fmtTime = (t) => (t ? new Date(t).toLocaleString() : "—");
 const fmtNum = (n) => (n == null ? "—" : Number(n).toLocaleString());
 

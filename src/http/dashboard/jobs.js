@@ -6,7 +6,7 @@
 function jobRows(jobs, withActions = false) {
   return jobs.map((j) => el("tr", { "data-job": j.id },
     el("td", {}, el("a", { href: `#/job/${encodeURIComponent(j.id)}` }, j.id)),
-    el("td", {}, j.type), el("td", {}, j.queue), el("td", {}, stateBadge(j.state)),
+    el("td", {}, writtenName("type", j.type)), el("td", {}, writtenName("queue", j.queue)), el("td", {}, stateBadge(j.state)),
     el("td", { class: "num" }, j.attempt),
     el("td", {}, fmtTime(j.next_retry_at || j.scheduled_at || j.enqueued_at || j.created_at)),
     el("td", { class: "muted" }, j.error ? `${j.error.type}: ${j.error.message}` : ""),
@@ -140,7 +140,7 @@ pages.job = {
     const when = job.state === "retryable" ? `retry due ${fmtTime(job.next_retry_at || job.scheduled_at)}`
       : job.state === "scheduled" ? `due ${fmtTime(job.scheduled_at)}` : null;
     return el("section", {}, el("h2", {}, "Job ", job.id, " ", stateBadge(job.state)),
-      el("p", { class: "muted" }, `${job.type} · queue ${job.queue} · attempt ${job.attempt ?? 0}`, when ? ` · ${when}` : ""),
+      el("p", { class: "muted" }, `${writtenName("type", job.type)} · queue ${writtenName("queue", job.queue)} · attempt ${job.attempt ?? 0}`, when ? ` · ${when}` : ""),
       el("div", { class: "bar" }, actions),
       progressView(mine, job),
       el("h3", {}, "Error history"),

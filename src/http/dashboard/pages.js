@@ -145,7 +145,7 @@ pages.dead = {
     const enc = encodeURIComponent;
     const inputs = ["queue", "type", "error_type"].map((k) => el("input", { name: k, placeholder: k, value: filter[k] || "" }));
     const rows = list.items.map((j) => el("tr", { "data-job": j.id },
-      el("td", {}, el("a", { href: `#/job/${enc(j.id)}` }, j.id)), el("td", {}, j.type), el("td", {}, j.queue),
+      el("td", {}, el("a", { href: `#/job/${enc(j.id)}` }, j.id)), el("td", {}, writtenName("type", j.type)), el("td", {}, writtenName("queue", j.queue)),
       el("td", { class: "num" }, j.attempt), el("td", {}, j.error ? `${j.error.type}: ${j.error.message}` : ""),
       el("td", {}, fmtTime(j.discarded_at)),
       el("td", {}, action("Retry", () => api("POST", `/ojs/v1/dead-letter/${enc(j.id)}/retry`)), " ",
