@@ -673,3 +673,93 @@ fn the_dashboard_address_is_logged_at_start() {
         "{line}"
     );
 }
+
+/// A worker that fetched and acknowledged over HTTP and then went away (the README's
+/// fetch/ack example) lost nothing, so it gets no warning; a worker that went away holding
+/// a job does, naming it.
+#[test]
+fn only_a_worker_that_held_jobs_is_warned_about_when_it_goes_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = ojsd();
+    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .args(["--heartbeat-timeout", "1"])
+        .arg("--data-dir")
+        .arg(dir.path().join("db"));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ojsd");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = [String::new(), String::new()];
+    for l in &mut lines {
+        stdout.read_line(l).expect("a listening line");
+    }
+    let http = lines[1]
+        .trim()
+        .strip_prefix("ojsd http listening on ")
+        .expect("the HTTP line")
+        .to_string();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let post = |path: &str, body: serde_json::Value| {
+        let r = common::http::send(&http, "POST", path, &body.to_string());
+        assert!(r.status < 300, "{path}: {}", r.text());
+        r.json()
+    };
+    post(
+        "/ojs/v1/jobs",
+        serde_json::json!({"type": "a.b", "args": [], "options": {"queue": "qa"}}),
+    );
+    post(
+        "/ojs/v1/jobs",
+        serde_json::json!({"type": "a.b", "args": [], "options": {"queue": "qb"}}),
+    );
+    let got = post(
+        "/ojs/v1/workers/fetch",
+        serde_json::json!({"queues": ["qa"], "worker_id": "done-worker", "wait_ms": 0}),
+    );
+    let id = got["jobs"][0]["id"].as_str().expect("a job").to_string();
+    post(
+        "/ojs/v1/workers/ack",
+        serde_json::json!({"job_id": id, "worker_id": "done-worker"}),
+    );
+    post(
+        "/ojs/v1/workers/fetch",
+        serde_json::json!({"queues": ["qb"], "worker_id": "holding-worker", "wait_ms": 0}),
+    );
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !seen.iter().any(|l: &String| l.contains("holding-worker")) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    // The sweep that found one finds the other in the same pass, or did before.
+    while let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let all = seen.join("\n");
+    assert!(
+        seen.iter().any(|l| l.contains("WARN")
+            && l.contains("holding-worker")
+            && l.contains("requeueing")),
+        "no warning for the worker that held a job:\n{all}"
+    );
+    assert!(
+        !seen.iter().any(|l| l.contains("done-worker")),
+        "the worker that held nothing was logged:\n{all}"
+    );
+}

@@ -148,17 +148,17 @@ impl Engine {
                 let data = json!({"worker_id": &*wid, "reason": "error"});
                 self.worker_stopped(txn, &wid, data);
             }
+            // A worker that held nothing lost nothing (an HTTP worker that fetched, acked and
+            // left without a heartbeat; a Faktory producer): not worth a warning.
+            if held.is_empty() {
+                tracing::debug!(worker = %wid, "worker gone quiet; it held no job");
+                continue;
+            }
             if reserve {
                 // Faktory's rule: the jobs stay `active`, held by the worker's id, until their
                 // visibility timeout (`reserve_for`); the worker may still ACK them.
                 tracing::warn!(worker = %wid, jobs = held.len(),
                     "Faktory worker missed its heartbeats; its jobs stay reserved until their reserve_for");
-                continue;
-            }
-            // A worker that held nothing lost nothing (an HTTP worker that fetched, acked and
-            // left without a heartbeat): not worth a warning.
-            if held.is_empty() {
-                tracing::debug!(worker = %wid, "worker gone quiet; it held no job");
                 continue;
             }
             tracing::warn!(worker = %wid, jobs = held.len(), "worker missed its heartbeats; requeueing its jobs");
