@@ -82,6 +82,12 @@ fn push_job_queues_and_stats_show_what_the_server_holds() {
         .find(|l| l.starts_with("mail"))
         .expect("mail row");
     assert_eq!(row.split_whitespace().nth(2), Some("2"), "{table}");
+    // The states' own names as column heads (not "dead" for discarded), as in `stats`.
+    let head = table.lines().next().unwrap_or_default();
+    assert!(
+        head.contains("discarded") && !head.contains("dead"),
+        "{table}"
+    );
     let stats = ok(&srv, &["stats"]);
     assert!(stats.contains("jobs 2"), "{stats}");
     // A queue's state in the binding's words (active/paused), as `ojsd queues` says it.

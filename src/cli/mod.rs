@@ -233,7 +233,7 @@ fn queues(conn: &Conn) -> Res {
         "active",
         "scheduled",
         "retryable",
-        "dead",
+        "discarded",
         "done/min",
         "failed/min",
     ]);

@@ -109,7 +109,7 @@ pages.queues = {
         }, "danger"))));
     return el("section", {}, el("h2", {}, "Queues"),
       table(["queue", "status", { label: "available", num: 1 }, { label: "active", num: 1 }, { label: "scheduled", num: 1 },
-        { label: "retryable", num: 1 }, { label: "completed", num: 1 }, { label: "dead", num: 1 },
+        { label: "retryable", num: 1 }, { label: "completed", num: 1 }, { label: "discarded", num: 1 },
         { label: "latency", num: 1 }, { label: "done / failed per min", num: 1 }, ""], rows));
   },
   live: (e) => isJobEvent(e) || e.type.startsWith("queue."),
