@@ -83,7 +83,7 @@ fn push_job_queues_and_stats_show_what_the_server_holds() {
         .expect("mail row");
     assert_eq!(row.split_whitespace().nth(2), Some("2"), "{table}");
     // The states' own names as column heads (not "dead" for discarded), as in `stats`.
-    let head = table.lines().next().unwrap_or_default();
+    let head = table.lines().next().unwrap_or_default().to_lowercase();
     assert!(
         head.contains("discarded") && !head.contains("dead"),
         "{table}"
