@@ -382,16 +382,14 @@ impl Engine {
         Ok(found)
     }
 
-    /// Drop events past the retention age or count (ojs-events §9.3), oldest first, a
-    /// bounded number per call. Whole records go: one is dropped once its newest event is
+    /// Drop events past the retention age or count (ojs-events §9.3), oldest first, a slice
+    /// at a time: at most 10,000 events and [`PRUNE_BUDGET`] of reading per call, every
+    /// [`PRUNE_EVERY`] (every [`PRUNE_EVERY_BEHIND`] while a call stops short, which it
+    /// returns true for), so that a log growing by tens of thousands of events a second is
+    /// pruned without an iteration everyone waits for (it read up to 10,000 events once a
+    /// second: 10 ms and more). Whole records go: one is dropped once its newest event is
     /// past the age or its last cursor is past the count, so the log may keep up to one
     /// commit's events beyond either limit.
-    /// Drop the oldest records of the log past the event retention or the event count
-    /// bound, a slice at a time: at most [`PRUNE_BUDGET`] of reading per call, every
-    /// [`PRUNE_EVERY`] (every [`PRUNE_EVERY_BEHIND`] while a call stops short: returns
-    /// true then), so that a log growing by tens of thousands of events a second is pruned
-    /// without an iteration everyone waits for (it read up to 10,000 events once a second,
-    /// 10 ms and more).
     pub(super) fn prune_events(&mut self, txn: &mut Txn) -> bool {
         const MAX_PER_CALL: u64 = 10_000;
         let deadline = std::time::Instant::now() + PRUNE_BUDGET;
