@@ -630,61 +630,14 @@ fn the_sample_config_lists_every_flag_with_its_default_and_is_accepted() {
     assert_eq!(c.info().expect("INFO")["totals"]["jobs"], 0);
 }
 
-/// The start-up log names the dashboard's address, the one a newcomer opens first.
-#[test]
-fn the_dashboard_address_is_logged_at_start() {
-    let dir = tempfile::tempdir().unwrap();
+/// An ojsd on ephemeral TCP and HTTP ports (plus `extra` flags) with its stderr lines sent
+/// to the receiver as they come: the process, its HTTP address, its log.
+fn spawn_logging(dir: &Path, extra: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
     let mut cmd = ojsd();
     cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .args(extra)
         .arg("--data-dir")
-        .arg(dir.path().join("db"));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ojsd");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = [String::new(), String::new()];
-    for l in &mut lines {
-        stdout.read_line(l).expect("a listening line");
-    }
-    let http = lines[1]
-        .trim()
-        .strip_prefix("ojsd http listening on ")
-        .expect("the HTTP line")
-        .to_string();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("dashboard:") {
-                let _ = tx.send(line);
-                return;
-            }
-        }
-    });
-    let line = rx.recv_timeout(Duration::from_secs(20));
-    let _ = child.kill();
-    let _ = child.wait();
-    let line = line.expect("a dashboard line on stderr");
-    assert!(
-        line.contains(&format!("dashboard: http://{http}/")),
-        "{line}"
-    );
-}
-
-/// A worker that fetched and acknowledged over HTTP and then went away (the README's
-/// fetch/ack example) lost nothing, so it gets no warning; a worker that went away holding
-/// a job does, naming it.
-#[test]
-fn only_a_worker_that_held_jobs_is_warned_about_when_it_goes_quiet() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = ojsd();
-    cmd.args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
-        .args(["--heartbeat-timeout", "1"])
-        .arg("--data-dir")
-        .arg(dir.path().join("db"));
+        .arg(dir.join("db"));
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -710,6 +663,39 @@ fn only_a_worker_that_held_jobs_is_warned_about_when_it_goes_quiet() {
             }
         }
     });
+    (child, http, rx)
+}
+
+/// The start-up log names the dashboard's address, the one a newcomer opens first.
+#[test]
+fn the_dashboard_address_is_logged_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, http, rx) = spawn_logging(dir.path(), &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut line = None;
+    while let Ok(l) = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+    {
+        if l.contains("dashboard:") {
+            line = Some(l);
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.expect("a dashboard line on stderr");
+    assert!(
+        line.contains(&format!("dashboard: http://{http}/")),
+        "{line}"
+    );
+}
+
+/// A worker that fetched and acknowledged over HTTP and then went away (the README's
+/// fetch/ack example) lost nothing, so it gets no warning; a worker that went away holding
+/// a job does, naming it.
+#[test]
+fn only_a_worker_that_held_jobs_is_warned_about_when_it_goes_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, http, rx) = spawn_logging(dir.path(), &["--heartbeat-timeout", "1"]);
     let post = |path: &str, body: serde_json::Value| {
         let r = common::http::send(&http, "POST", path, &body.to_string());
         assert!(r.status < 300, "{path}: {}", r.text());
