@@ -173,12 +173,18 @@ fn postgres_restarted_under_load_pipelined() {
     restarted_under_load("true");
 }
 
-fn restarted_under_load(pipeline: &str) {
+/// A PostgreSQL of the test's own, when the PostgreSQL tests run at all (`.ci/run` sets
+/// `OJSD_TEST_POSTGRES_URL`); `None`, with a notice, otherwise.
+fn own_postgres() -> Option<TestPostgres> {
     if std::env::var("OJSD_TEST_POSTGRES_URL").map_or(true, |u| u.is_empty()) {
         eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
-        return;
+        return None;
     }
-    let Some(pg) = TestPostgres::start() else {
+    TestPostgres::start()
+}
+
+fn restarted_under_load(pipeline: &str) {
+    let Some(pg) = own_postgres() else {
         return;
     };
     let url = pg.url();
@@ -371,11 +377,7 @@ fn wait_role(c: &mut Client, node: &str, role: &str) {
 /// exits (README, cluster section).
 #[test]
 fn a_standby_lives_through_a_postgres_restart_and_takes_over_after() {
-    if std::env::var("OJSD_TEST_POSTGRES_URL").map_or(true, |u| u.is_empty()) {
-        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
-        return;
-    }
-    let Some(pg) = TestPostgres::start() else {
+    let Some(pg) = own_postgres() else {
         return;
     };
     let url = pg.url();
