@@ -185,7 +185,7 @@ impl Queue {
 
 #[derive(Default)]
 pub struct Index {
-    pub jobs: HashMap<Uuid, Entry>,
+    pub jobs: super::txn::IdMap<Entry>,
     pub queues: Vec<Queue>,
     queue_ids: HashMap<String, QueueId>,
     /// Slots of retired queues, given to the next new names.

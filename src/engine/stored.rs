@@ -182,7 +182,7 @@ mod tests {
         for step in 0..3 {
             let mut txn = Txn::with_cache(std::mem::take(&mut cache));
             if step == 0 {
-                txn.insert_job(id, job.clone(), None);
+                txn.insert_job(id, job.clone(), None, true);
             } else {
                 let j = txn.job_mut(&store, id).unwrap();
                 if step == 1 {

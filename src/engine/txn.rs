@@ -30,8 +30,10 @@ pub enum Out {
 }
 
 /// A job this batch touched, with its client-supplied part already encoded once known.
+/// The job is boxed: it moves between the batch and the cache, and the maps that hold it
+/// rehash, so it should be a pointer, not ~700 bytes.
 struct Touched {
-    job: Job,
+    job: Box<Job>,
     parts: Option<Parts>,
     /// The job's JSON as a reply of this batch already composed it, while the job has not
     /// changed since (PUSH replies): a later reply of the batch reuses it.
@@ -42,12 +44,19 @@ struct Touched {
     /// Whether the batch may have changed the job (`job_mut`, `insert_job`); a job only
     /// looked at (`job_peek`) is not written.
     changed: bool,
+    /// Whether the job goes to the cache when the batch is sealed (if not finished).
+    keep: bool,
 }
+
+/// The maps keyed by job id on the engine's hot path: foldhash (randomly seeded per map,
+/// as hashbrown's own default) instead of SipHash, whose cost showed in every touch.
+pub type IdMap<V> = HashMap<Uuid, V, foldhash::fast::RandomState>;
 
 #[derive(Default)]
 pub struct Txn {
-    /// `None` marks a deletion.
-    jobs: HashMap<Uuid, Option<Touched>>,
+    /// `None` marks a deletion. Taken from the cache's spare map, so that a batch does
+    /// not grow a fresh one from nothing (its rehashes were ~5% of the engine's time).
+    jobs: IdMap<Option<Touched>>,
     /// The engine's decoded-job cache, lent to the batch: jobs are taken from it on first
     /// touch and put back when the batch is sealed.
     pub cache: JobCache,
@@ -64,17 +73,22 @@ pub struct Txn {
 /// times its encoded size, and a queue of 1 MiB jobs held that way took 4.3x the payload
 /// in memory. Those are read from the store when touched.
 pub struct JobCache {
-    map: HashMap<Uuid, (u64, Job, Parts)>,
+    map: IdMap<(u64, Box<Job>, Parts)>,
     /// Insertion order as (id, tick); an entry whose tick no longer matches is stale.
     order: VecDeque<(Uuid, u64)>,
     tick: u64,
     cap: usize,
     /// Encoded bytes of the cached jobs' client parts.
     bytes: usize,
+    /// The batch's job map, emptied, lent back and forth with the cache (`Txn::jobs`).
+    spare: IdMap<Option<Touched>>,
 }
 
+/// A batch map larger than this (a bulk action's) is not kept for the next batch.
+const SPARE_MAX: usize = 4096;
+
 /// Jobs kept decoded: about 2 KiB each with ~300 bytes of args, so ~32 MiB at most.
-const CACHE_JOBS: usize = 16_384;
+pub(super) const CACHE_JOBS: usize = 16_384;
 
 /// Most encoded client bytes kept decoded in all (~4x that in memory).
 const CACHE_BYTES: usize = 16 << 20;
@@ -91,15 +105,16 @@ impl Default for JobCache {
 impl JobCache {
     pub fn with_capacity(cap: usize) -> JobCache {
         JobCache {
-            map: HashMap::new(),
+            map: IdMap::default(),
             order: VecDeque::new(),
             tick: 0,
             cap,
             bytes: 0,
+            spare: IdMap::default(),
         }
     }
 
-    fn put(&mut self, id: Uuid, job: Job, parts: Parts) {
+    fn put(&mut self, id: Uuid, job: Box<Job>, parts: Parts) {
         if self.cap == 0 || parts.len() > CACHE_JOB_MAX_BYTES {
             self.remove(id);
             return;
@@ -126,20 +141,25 @@ impl JobCache {
         }
     }
 
-    fn take(&mut self, id: Uuid) -> Option<(Job, Parts)> {
+    fn take(&mut self, id: Uuid) -> Option<(Box<Job>, Parts)> {
         let (_, job, parts) = self.map.remove(&id)?;
         self.bytes -= parts.len();
         Some((job, parts))
     }
 
     fn get(&self, id: Uuid) -> Option<(&Job, &Parts)> {
-        self.map.get(&id).map(|(_, job, parts)| (job, parts))
+        self.map.get(&id).map(|(_, job, parts)| (&**job, parts))
     }
 
     fn remove(&mut self, id: Uuid) {
         if let Some((_, _, parts)) = self.map.remove(&id) {
             self.bytes -= parts.len();
         }
+    }
+
+    /// How many jobs it keeps at most.
+    pub fn capacity(&self) -> usize {
+        self.cap
     }
 
     #[cfg(test)]
@@ -150,8 +170,9 @@ impl JobCache {
 
 impl Txn {
     /// A batch that may use (and will refill) the engine's cache.
-    pub fn with_cache(cache: JobCache) -> Txn {
+    pub fn with_cache(mut cache: JobCache) -> Txn {
         Txn {
+            jobs: std::mem::take(&mut cache.spare),
             cache,
             ..Txn::default()
         }
@@ -169,17 +190,19 @@ impl Txn {
                         body: None,
                         record: false,
                         changed: false,
+                        keep: true,
                     },
                     None => {
                         let loaded = load_job(store, id)?.ok_or_else(|| {
                             backend(format!("job {id} is indexed but not stored"))
                         })?;
                         Touched {
-                            job: loaded.job,
+                            job: Box::new(loaded.job),
                             parts: Some(loaded.parts),
                             body: None,
                             record: loaded.rewrite,
                             changed: false,
+                            keep: true,
                         }
                     }
                 };
@@ -208,7 +231,7 @@ impl Txn {
     /// A read-only view: this batch's copy if it has one, else the cache's or the store's.
     pub fn job(&self, store: &dyn Store, id: Uuid) -> OjsResult<Option<Job>> {
         match self.jobs.get(&id) {
-            Some(t) => Ok(t.as_ref().map(|t| t.job.clone())),
+            Some(t) => Ok(t.as_ref().map(|t| (*t.job).clone())),
             None => match self.cache.get(id) {
                 Some((job, _)) => Ok(Some(job.clone())),
                 None => read_job(store, id),
@@ -218,17 +241,20 @@ impl Txn {
 
     /// The job as this batch left it, if the batch touched it and did not delete it.
     pub fn touched(&self, id: Uuid) -> Option<&Job> {
-        self.jobs.get(&id).and_then(|t| t.as_ref()).map(|t| &t.job)
+        self.jobs.get(&id).and_then(|t| t.as_ref()).map(|t| &*t.job)
     }
 
     /// A job created by this batch, with its client part already encoded if the caller has it.
-    pub fn insert_job(&mut self, id: Uuid, job: Job, parts: Option<Parts>) {
+    /// `keep`: whether to cache it decoded (not worth it for a job that will be evicted
+    /// before anyone touches it again, behind a deep backlog).
+    pub fn insert_job(&mut self, id: Uuid, job: Job, parts: Option<Parts>, keep: bool) {
         let touched = Touched {
-            job,
+            job: Box::new(job),
             parts,
             body: None,
             record: true,
             changed: true,
+            keep,
         };
         self.jobs.insert(id, Some(touched));
     }
@@ -284,6 +310,7 @@ impl Txn {
                     body,
                     record,
                     changed,
+                    keep,
                 }) => {
                     let parts = parts.unwrap_or_else(|| Parts::of(&job));
                     debug_assert!(
@@ -302,7 +329,7 @@ impl Txn {
                         });
                         written.insert(id, body);
                     }
-                    if job.state.is_terminal() {
+                    if job.state.is_terminal() || !keep {
                         self.cache.remove(id);
                     } else {
                         self.cache.put(id, job, parts);
@@ -313,6 +340,9 @@ impl Txn {
                     self.cache.remove(id);
                 }
             }
+        }
+        if self.jobs.capacity() <= SPARE_MAX {
+            self.cache.spare = std::mem::take(&mut self.jobs);
         }
         written
     }
@@ -364,8 +394,8 @@ mod tests {
         let (a, ja, pa) = job(1);
         let (b, jb, pb) = job(2);
         let mut txn = Txn::default();
-        txn.insert_job(a, ja, Some(pa));
-        txn.insert_job(b, jb, Some(pb));
+        txn.insert_job(a, ja, Some(pa), true);
+        txn.insert_job(b, jb, Some(pb), true);
         let replied: Vec<serde_json::Value> = txn
             .snapshot(&[a, b])
             .iter()
@@ -403,7 +433,7 @@ mod tests {
         let mut store = crate::store::FjallStore::open(dir.path(), 1 << 20).unwrap();
         let (a, ja, pa) = job(1);
         let mut txn = Txn::default();
-        txn.insert_job(a, ja, Some(pa));
+        txn.insert_job(a, ja, Some(pa), true);
         txn.seal(|_| 1);
         store.commit(std::mem::take(&mut txn.batch)).unwrap();
         // Peeked from the cache, then from the store: nothing to write either time.
@@ -429,19 +459,19 @@ mod tests {
         let mut c = JobCache::with_capacity(3);
         let jobs: Vec<_> = (0..5).map(job).collect();
         for (id, j, p) in &jobs[..3] {
-            c.put(*id, j.clone(), p.clone());
+            c.put(*id, Box::new(j.clone()), p.clone());
         }
         // Taking and putting back the oldest makes it the newest.
         let (j, p) = c.take(jobs[0].0).unwrap();
         c.put(jobs[0].0, j, p);
-        c.put(jobs[3].0, jobs[3].1.clone(), jobs[3].2.clone());
+        c.put(jobs[3].0, Box::new(jobs[3].1.clone()), jobs[3].2.clone());
         assert_eq!(c.len(), 3);
         assert!(
             c.get(jobs[1].0).is_none(),
             "the oldest insertion went first"
         );
         assert!(c.get(jobs[0].0).is_some());
-        c.put(jobs[4].0, jobs[4].1.clone(), jobs[4].2.clone());
+        c.put(jobs[4].0, Box::new(jobs[4].1.clone()), jobs[4].2.clone());
         assert!(c.get(jobs[2].0).is_none());
         assert_eq!(
             c.get(jobs[4].0).map(|(j, _)| j.args.clone()),
@@ -459,7 +489,7 @@ mod tests {
             "x".repeat(CACHE_JOB_MAX_BYTES + 1),
         )];
         let p = Parts::of(&j);
-        c.put(id, j.clone(), p);
+        c.put(id, Box::new(j.clone()), p);
         assert!(
             c.get(id).is_none(),
             "a large job is read from the store instead"
@@ -469,7 +499,7 @@ mod tests {
             "x".repeat(CACHE_JOB_MAX_BYTES / 2),
         )];
         for _ in 0..(4 * CACHE_BYTES / CACHE_JOB_MAX_BYTES) {
-            c.put(Uuid::now_v7(), j.clone(), Parts::of(&j));
+            c.put(Uuid::now_v7(), Box::new(j.clone()), Parts::of(&j));
         }
         assert!(c.bytes <= CACHE_BYTES, "{} bytes cached", c.bytes);
         let counted: usize = c.map.values().map(|(_, _, p)| p.len()).sum();
@@ -480,7 +510,7 @@ mod tests {
     fn cache_order_does_not_grow_with_churn() {
         let mut c = JobCache::with_capacity(2);
         let (id, j, p) = job(0);
-        c.put(id, j, p);
+        c.put(id, Box::new(j), p);
         for _ in 0..100_000 {
             let (j, p) = c.take(id).unwrap();
             c.put(id, j, p);
@@ -493,3 +523,7 @@ mod tests {
         assert_eq!(c.len(), 1);
     }
 }
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod cache_tests;

@@ -1,0 +1,137 @@
+//! Which new jobs the decoded-job cache keeps: one that may be fetched soon, not one pushed
+//! behind more available jobs than the cache holds (it would be evicted unread). Seen
+//! through the store: a cached job's FETCH reads no job record.
+
+use super::super::request::Command;
+use super::super::{start, Answer, Answered, Config};
+use crate::store::{Batch, Bounds, Space, Store, StoreKind, StoreResult, Syncer};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Counts the reads of job records.
+struct Counting {
+    inner: Box<dyn Store>,
+    job_reads: Arc<AtomicUsize>,
+}
+
+impl Store for Counting {
+    fn commit(&mut self, batch: Batch) -> StoreResult<()> {
+        self.inner.commit(batch)
+    }
+    fn write(&mut self, batch: Batch) -> StoreResult<()> {
+        self.inner.write(batch)
+    }
+    fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
+        self.inner.syncer()
+    }
+    fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        if space == Space::Job {
+            self.job_reads.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.get(space, key)
+    }
+    fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()> {
+        self.inner.scan(space, f)
+    }
+    fn scan_from(
+        &self,
+        space: Space,
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> StoreResult<()> {
+        self.inner.scan_from(space, from, f)
+    }
+    fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        self.inner.floor_key(space, key)
+    }
+    fn bounds(&self, space: Space) -> StoreResult<Bounds> {
+        self.inner.bounds(space)
+    }
+    fn size_on_disk(&self) -> StoreResult<u64> {
+        self.inner.size_on_disk()
+    }
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+}
+
+fn new_job(q: &str, priority: i64) -> (crate::job::validate::NewJob, usize) {
+    let job = json!({"type": "t", "queue": q, "args": [], "priority": priority});
+    let len = job.to_string().len();
+    let job = crate::engine::intake::Intake::default()
+        .job(job, len)
+        .unwrap();
+    (job, len)
+}
+
+fn push(q: &str, priority: i64) -> Command {
+    let (job, len) = new_job(q, priority);
+    Command::Push {
+        job: Box::new(job),
+        len,
+        resend: false,
+    }
+}
+
+fn fetch(q: &str) -> Command {
+    Command::Fetch {
+        queues: vec![q.into()],
+        count: None,
+        wait: None,
+    }
+}
+
+fn id_of(a: Answered) -> String {
+    match a {
+        Ok(Answer::Job(j)) => {
+            let v: Value = serde_json::from_slice(j.json()).unwrap();
+            v["id"].as_str().unwrap().to_owned()
+        }
+        other => panic!("expected a job, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_job_pushed_behind_a_backlog_deeper_than_the_cache_is_not_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let job_reads = Arc::new(AtomicUsize::new(0));
+    let store = Counting {
+        inner: crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap(),
+        job_reads: job_reads.clone(),
+    };
+    let (handle, thread) = start(Box::new(store), Config::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let call = |cmd: Command| rt.block_on(async { handle.submit(None, cmd, 100).await.await });
+
+    // Into a short queue: cached, so its FETCH reads nothing.
+    let hot = id_of(call(push("hot", 0)).unwrap());
+    let before = job_reads.load(Ordering::SeqCst);
+    assert_eq!(id_of(call(fetch("hot")).unwrap()), hot);
+    assert_eq!(
+        job_reads.load(Ordering::SeqCst),
+        before,
+        "a job pushed into a short queue is fetched from the cache"
+    );
+
+    // Behind a backlog as deep as the cache: not cached. (A higher priority makes it the
+    // next job out, although it was pushed last.)
+    let deep = super::CACHE_JOBS;
+    for _ in 0..deep / 1024 {
+        let jobs = (0..1024).map(|_| new_job("deep", 0)).collect();
+        assert!(call(Command::PushBatch(jobs)).unwrap().is_ok());
+    }
+    let late = id_of(call(push("deep", 100)).unwrap());
+    let before = job_reads.load(Ordering::SeqCst);
+    assert_eq!(id_of(call(fetch("deep")).unwrap()), late);
+    assert!(
+        job_reads.load(Ordering::SeqCst) > before,
+        "a job pushed behind {deep} available ones is read from the store"
+    );
+
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
+}
