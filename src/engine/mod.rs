@@ -433,7 +433,6 @@ impl Engine {
             self.now = self.clock.now();
             let began = Instant::now();
             let began_cpu = slow::thread_cpu();
-            let jobs_capacity = self.index.jobs.capacity();
             let messages = batch.len();
             // While the store cannot commit, clients' commands are refused before they
             // change anything (`commit.rs`).
@@ -487,10 +486,8 @@ impl Engine {
             }
             if away.is_none() && self.last_prune.elapsed() >= Duration::from_secs(1) {
                 self.last_prune = Instant::now();
-                self.note_job_count(&mut txn);
+                self.drop_job_count_hint(&mut txn);
                 self.retire_idle_queues();
-            } else if stopping {
-                self.note_job_count(&mut txn);
             }
             let upkept = began.elapsed();
             self.commit(txn)?;
@@ -521,9 +518,7 @@ impl Engine {
                     // The engine thread's CPU in the iteration: well under total_ms means
                     // it waited (an fsync, a store write, or a core taken by other threads).
                     cpu_ms = ms(slow::thread_cpu().saturating_sub(began_cpu)),
-                    // The job index had to grow (a rehash of every entry) in this iteration.
                     jobs = self.index.jobs.len(),
-                    jobs_index_grew = self.index.jobs.capacity() != jobs_capacity,
                     messages,
                     apply_ms = ms(applied),
                     upkeep_ms = ms(upkept - applied),

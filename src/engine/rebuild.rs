@@ -395,40 +395,22 @@ fn key_ranges(
     ranges
 }
 
-/// `m/job_count`: about how many jobs the store holds (u64, big-endian), so a start can
-/// size the index before the scan instead of growing it a million times over.
+/// `m/job_count`: how many jobs the store held, written by versions whose job index was a
+/// hash map sized from it at start. The index is now ordered (no sizing, no rehash), so the
+/// record is deleted by the first upkeep (`drop_job_count_hint`).
 const JOB_COUNT: &[u8] = b"job_count";
 
-/// A stored record is larger than this, so a count hint above size/this is garbage.
-const MIN_RECORD_BYTES: u64 = 128;
-
 impl Engine {
-    /// Write the job count hint if it changed; called about once a second and at stop.
-    pub(super) fn note_job_count(&mut self, txn: &mut Txn) {
-        let n = self.index.jobs.len();
-        if n != self.index.jobs_noted {
-            self.index.jobs_noted = n;
-            txn.batch
-                .put(Space::Meta, JOB_COUNT, (n as u64).to_be_bytes().to_vec());
+    /// Delete the obsolete job count record (once per start; harmless when absent).
+    pub(super) fn drop_job_count_hint(&mut self, txn: &mut Txn) {
+        if !self.index.job_count_hint_dropped {
+            self.index.job_count_hint_dropped = true;
+            txn.batch.delete(Space::Meta, JOB_COUNT);
         }
-    }
-
-    /// The job count hint, bounded by what the store's size allows.
-    fn job_count_hint(&self) -> Result<usize, StoreError> {
-        let Some(raw) = self.store.get(Space::Meta, JOB_COUNT)? else {
-            return Ok(0);
-        };
-        let Ok(bytes) = <[u8; 8]>::try_from(raw.as_slice()) else {
-            return Ok(0);
-        };
-        let most = self.store.size_on_disk()? / MIN_RECORD_BYTES;
-        Ok(u64::from_be_bytes(bytes).min(most) as usize)
     }
 
     pub(super) fn rebuild(&mut self) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
-        let hint = self.job_count_hint()?;
-        self.index.jobs.reserve(hint);
         let now_ms = self.clock.now().timestamp_millis();
         let scanner = || Scanner {
             now_ms,
@@ -502,7 +484,6 @@ impl Engine {
             "job records scanned"
         );
         self.index.next_seq = max_seq + 1;
-        self.index.jobs_noted = hint;
         // Key order, as a single scan would have found them (holders are kept oldest first).
         unique.sort_unstable_by_key(|(id, _, _)| *id);
         self.index_unique(unique);
