@@ -16,6 +16,7 @@ mod hooks;
 mod index;
 pub mod intake;
 mod jobs;
+mod lean;
 pub mod metrics;
 mod rebuild;
 mod record;

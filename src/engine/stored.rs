@@ -2,7 +2,10 @@
 //! record rewritten by each transition (`record/state.rs`), both under `Space::Job`, read
 //! together; or, for a job stored by an older ojsd, one record with the whole envelope.
 
-use super::record::state::{decode_state, encode_state, state_key, StateRecord};
+use super::lean::Lean;
+use super::record::state::{
+    decode_state, encode_record as encode_state_record, encode_state, state_key, StateRecord,
+};
 use super::record::{decode_job_record, decode_record, encode_job_record, JobRecord, RECORD_V3};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::parts::{compose_stored, Parts};
@@ -27,12 +30,18 @@ pub fn read_failed(e: crate::store::StoreError) -> OjsError {
 }
 
 /// A job read from the store.
-pub struct Loaded {
+pub struct Decoded {
     pub job: Job,
     /// Its client part as stored (re-encoded for an old record).
     pub parts: Parts,
     /// Stored in an older format: its next write must write the job record too.
     pub rewrite: bool,
+}
+
+/// A job as `load_lean` found it.
+pub enum Loaded {
+    Lean(Box<Lean>, Parts),
+    Full(Box<Decoded>),
 }
 
 enum Raw {
@@ -84,34 +93,71 @@ pub fn load_body(store: &dyn Store, id: Uuid) -> OjsResult<Option<Bytes>> {
 }
 
 /// The job, decoded, with its client part.
-pub fn load_job(store: &dyn Store, id: Uuid) -> OjsResult<Option<Loaded>> {
+pub fn load_job(store: &dyn Store, id: Uuid) -> OjsResult<Option<Decoded>> {
+    match get(store, id)? {
+        None => Ok(None),
+        Some(raw) => decode_raw(id, raw).map(Some),
+    }
+}
+
+/// A job's records, decoded.
+fn decode_raw(id: Uuid, raw: Raw) -> OjsResult<Decoded> {
     let parse = |body: &[u8]| -> OjsResult<Job> {
         serde_json::from_slice(body).map_err(|e| backend(format!("job {id}: {e}")))
     };
-    match get(store, id)? {
-        None => Ok(None),
-        Some(Raw::Legacy(raw)) => {
+    match raw {
+        Raw::Legacy(raw) => {
             let r = decode_record(&raw).ok_or_else(|| backend(format!("job {id}: bad record")))?;
             let job = parse(r.body)?;
             let parts = Parts::of(&job);
-            Ok(Some(Loaded {
+            Ok(Decoded {
                 job,
                 parts,
                 rewrite: true,
-            }))
+            })
         }
-        Some(Raw::Lean { record, state }) => {
+        Raw::Lean { record, state } => {
             let (body, rec) = compose(id, &record, &state)?;
             let parts = rec
                 .parts()
                 .ok_or_else(|| backend(format!("job {id}: bad job record")))?;
-            Ok(Some(Loaded {
+            Ok(Decoded {
                 job: parse(&body)?,
                 parts,
                 rewrite: false,
-            }))
+            })
         }
     }
+}
+
+/// The job lean if it can be (`lean.rs`: a version 3 record without attributes OJS does
+/// not define), else decoded. A lean load reads both records and skims the client part;
+/// it never decodes it.
+pub fn load_lean(store: &dyn Store, id: Uuid) -> OjsResult<Option<Loaded>> {
+    let Some(raw) = get(store, id)? else {
+        return Ok(None);
+    };
+    if let Raw::Lean { record, state } = &raw {
+        let bad = |what: &str| backend(format!("job {id}: bad {what} record"));
+        let rec = decode_job_record(record).ok_or_else(|| bad("job"))?;
+        let st = decode_state(state).ok_or_else(|| bad("state"))?;
+        // As `compose` checks before an envelope is made of them.
+        for v in [st.error, st.errors, st.result].into_iter().flatten() {
+            serde_json::from_slice::<serde::de::IgnoredAny>(v).map_err(|_| bad("state"))?;
+        }
+        if let Some(lean) = Lean::of(&rec, &st) {
+            let parts = rec.parts().ok_or_else(|| bad("job"))?;
+            return Ok(Some(Loaded::Lean(Box::new(lean), parts)));
+        }
+    }
+    decode_raw(id, raw).map(|d| Some(Loaded::Full(Box::new(d))))
+}
+
+/// Write a lean job's state record.
+pub fn put_state(batch: &mut Batch, id: Uuid, seq: u64, lean: &Lean) {
+    let mut st = lean.st.view();
+    st.seq = seq;
+    batch.put(Space::Job, &state_key(&id), encode_state_record(&st));
 }
 
 pub fn read_job(store: &dyn Store, id: Uuid) -> OjsResult<Option<Job>> {

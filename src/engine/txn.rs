@@ -3,8 +3,9 @@
 //! that may only be sent once the commit is durable.
 
 use super::api::{Answer, Answered, JobView};
+use super::lean::{JobMut, Lean};
 pub use super::stored::{backend, read_job};
-use super::stored::{load_body, load_job};
+use super::stored::{load_body, load_job, load_lean, Loaded};
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::job::parts::Parts;
 use crate::job::Job;
@@ -29,11 +30,43 @@ pub enum Out {
     },
 }
 
-/// A job this batch touched, with its client-supplied part already encoded once known.
-/// The job is boxed: it moves between the batch and the cache, and the maps that hold it
-/// rehash, so it should be a pointer, not ~700 bytes.
+/// A job as the batch or the cache holds it: decoded, or lean (its records, for the
+/// transitions that change only the state record: `lean.rs`). Boxed: it moves between the
+/// batch and the cache, and the maps that hold it rehash, so it should be a pointer.
+enum Held {
+    Full(Box<Job>),
+    Lean(Box<Lean>),
+}
+
+impl Held {
+    /// The job decoded (a lean one from its records).
+    fn decoded(&self, parts: &Parts) -> OjsResult<Job> {
+        match self {
+            Held::Full(j) => Ok((**j).clone()),
+            Held::Lean(l) => l.decode(parts),
+        }
+    }
+
+    fn is_terminal(&self) -> bool {
+        match self {
+            Held::Full(j) => j.state.is_terminal(),
+            Held::Lean(l) => l.st.state.is_terminal(),
+        }
+    }
+
+    /// The envelope clients see.
+    fn compose(&self, parts: &Parts, out: &mut Vec<u8>) {
+        match self {
+            Held::Full(j) => parts.compose(j, out),
+            Held::Lean(l) => l.compose(parts, out),
+        }
+    }
+}
+
+/// A job this batch touched, with its client-supplied part already encoded once known
+/// (always, for a lean job).
 struct Touched {
-    job: Box<Job>,
+    job: Held,
     parts: Option<Parts>,
     /// The job's JSON as a reply of this batch already composed it, while the job has not
     /// changed since (PUSH replies): a later reply of the batch reuses it.
@@ -42,7 +75,7 @@ struct Touched {
     /// format); otherwise only the state record is.
     record: bool,
     /// Whether the batch may have changed the job (`job_mut`, `insert_job`); a job only
-    /// looked at (`job_peek`) is not written.
+    /// looked at (`job_lean` without `change`) is not written.
     changed: bool,
     /// Whether the job goes to the cache when the batch is sealed (if not finished).
     keep: bool,
@@ -73,7 +106,7 @@ pub struct Txn {
 /// times its encoded size, and a queue of 1 MiB jobs held that way took 4.3x the payload
 /// in memory. Those are read from the store when touched.
 pub struct JobCache {
-    map: IdMap<(u64, Box<Job>, Parts)>,
+    map: IdMap<(u64, Held, Parts)>,
     /// Insertion order as (id, tick); an entry whose tick no longer matches is stale.
     order: VecDeque<(Uuid, u64)>,
     tick: u64,
@@ -114,7 +147,7 @@ impl JobCache {
         }
     }
 
-    fn put(&mut self, id: Uuid, job: Box<Job>, parts: Parts) {
+    fn put(&mut self, id: Uuid, job: Held, parts: Parts) {
         if self.cap == 0 || parts.len() > CACHE_JOB_MAX_BYTES {
             self.remove(id);
             return;
@@ -141,14 +174,14 @@ impl JobCache {
         }
     }
 
-    fn take(&mut self, id: Uuid) -> Option<(Box<Job>, Parts)> {
+    fn take(&mut self, id: Uuid) -> Option<(Held, Parts)> {
         let (_, job, parts) = self.map.remove(&id)?;
         self.bytes -= parts.len();
         Some((job, parts))
     }
 
-    fn get(&self, id: Uuid) -> Option<(&Job, &Parts)> {
-        self.map.get(&id).map(|(_, job, parts)| (&**job, parts))
+    fn get(&self, id: Uuid) -> Option<(&Held, &Parts)> {
+        self.map.get(&id).map(|(_, job, parts)| (job, parts))
     }
 
     fn remove(&mut self, id: Uuid) {
@@ -178,8 +211,9 @@ impl Txn {
         }
     }
 
-    /// The job's entry in this batch, loaded (from the cache or the store) on first use.
-    fn slot(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&mut Touched> {
+    /// The job's entry in this batch, loaded (from the cache or the store) on first use;
+    /// with `lean`, left lean or loaded lean where it can be (`lean.rs`).
+    fn entry(&mut self, store: &dyn Store, id: Uuid, lean: bool) -> OjsResult<&mut Touched> {
         let slot = match self.jobs.entry(id) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
@@ -193,24 +227,53 @@ impl Txn {
                         keep: true,
                     },
                     None => {
-                        let loaded = load_job(store, id)?.ok_or_else(|| {
-                            backend(format!("job {id} is indexed but not stored"))
-                        })?;
-                        Touched {
-                            job: Box::new(loaded.job),
-                            parts: Some(loaded.parts),
-                            body: None,
-                            record: loaded.rewrite,
-                            changed: false,
-                            keep: true,
+                        let missing = || backend(format!("job {id} is indexed but not stored"));
+                        let loaded = if lean {
+                            load_lean(store, id)?
+                        } else {
+                            load_job(store, id)?.map(|d| Loaded::Full(Box::new(d)))
+                        };
+                        match loaded.ok_or_else(missing)? {
+                            Loaded::Lean(l, parts) => Touched {
+                                job: Held::Lean(l),
+                                parts: Some(parts),
+                                body: None,
+                                record: false,
+                                changed: false,
+                                keep: true,
+                            },
+                            Loaded::Full(f) => Touched {
+                                job: Held::Full(Box::new(f.job)),
+                                parts: Some(f.parts),
+                                body: None,
+                                record: f.rewrite,
+                                changed: false,
+                                keep: true,
+                            },
                         }
                     }
                 };
                 v.insert(Some(touched))
             }
         };
-        slot.as_mut()
-            .ok_or_else(|| OjsError::new(ErrorCode::NotFound, format!("job {id} was deleted")))
+        let t = slot
+            .as_mut()
+            .ok_or_else(|| OjsError::new(ErrorCode::NotFound, format!("job {id} was deleted")))?;
+        if !lean {
+            if let Held::Lean(l) = &t.job {
+                let parts = t
+                    .parts
+                    .as_ref()
+                    .ok_or_else(|| backend("a lean job without parts"))?;
+                t.job = Held::Full(Box::new(l.decode(parts)?));
+            }
+        }
+        Ok(t)
+    }
+
+    /// The job's entry, decoded.
+    fn slot(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&mut Touched> {
+        self.entry(store, id, false)
     }
 
     /// The job body for modification, loaded into this batch on first touch.
@@ -218,30 +281,50 @@ impl Txn {
         let t = self.slot(store, id)?;
         t.body = None; // the caller may change the job
         t.changed = true;
-        Ok(&mut t.job)
+        match &mut t.job {
+            Held::Full(j) => Ok(j),
+            Held::Lean(_) => Err(backend("a job left lean by slot")),
+        }
     }
 
-    /// The job to look at, loaded into this batch like `job_mut` (so a `job_mut` that
-    /// follows reads nothing again) but written at the end of the batch only if something
-    /// changes it meanwhile.
-    pub fn job_peek(&mut self, store: &dyn Store, id: Uuid) -> OjsResult<&Job> {
-        Ok(&self.slot(store, id)?.job)
+    /// The job for a FETCH's claim or an ACK, lean where it can be (`lean.rs`); with
+    /// `change`, written at the end of the batch as `job_mut`'s is.
+    pub fn job_lean(&mut self, store: &dyn Store, id: Uuid, change: bool) -> OjsResult<JobMut<'_>> {
+        let t = self.entry(store, id, true)?;
+        if change {
+            t.body = None;
+            t.changed = true;
+        }
+        Ok(match &mut t.job {
+            Held::Full(j) => JobMut::Full(j),
+            Held::Lean(l) => JobMut::Lean(l),
+        })
     }
 
     /// A read-only view: this batch's copy if it has one, else the cache's or the store's.
     pub fn job(&self, store: &dyn Store, id: Uuid) -> OjsResult<Option<Job>> {
+        let decoded = |job: &Held, parts: Option<&Parts>| match (job, parts) {
+            (Held::Full(j), _) => Ok((**j).clone()),
+            (held, Some(parts)) => held.decoded(parts),
+            (Held::Lean(_), None) => Err(backend("a lean job without parts")),
+        };
         match self.jobs.get(&id) {
-            Some(t) => Ok(t.as_ref().map(|t| (*t.job).clone())),
+            Some(Some(t)) => decoded(&t.job, t.parts.as_ref()).map(Some),
+            Some(None) => Ok(None),
             None => match self.cache.get(id) {
-                Some((job, _)) => Ok(Some(job.clone())),
+                Some((job, parts)) => decoded(job, Some(parts)).map(Some),
                 None => read_job(store, id),
             },
         }
     }
 
-    /// The job as this batch left it, if the batch touched it and did not delete it.
+    /// The job as this batch left it, if the batch touched it, did not delete it, and
+    /// holds it decoded (a job it created always is).
     pub fn touched(&self, id: Uuid) -> Option<&Job> {
-        self.jobs.get(&id).and_then(|t| t.as_ref()).map(|t| &*t.job)
+        match &self.jobs.get(&id)?.as_ref()?.job {
+            Held::Full(j) => Some(j),
+            Held::Lean(_) => None,
+        }
     }
 
     /// A job created by this batch, with its client part already encoded if the caller has it.
@@ -249,7 +332,7 @@ impl Txn {
     /// before anyone touches it again, behind a deep backlog).
     pub fn insert_job(&mut self, id: Uuid, job: Job, parts: Option<Parts>, keep: bool) {
         let touched = Touched {
-            job: Box::new(job),
+            job: Held::Full(Box::new(job)),
             parts,
             body: None,
             record: true,
@@ -274,11 +357,13 @@ impl Txn {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(Some(t)) = self.jobs.get_mut(id) {
-                let job = &t.job;
                 let mut one = Vec::with_capacity(1024);
-                t.parts
-                    .get_or_insert_with(|| Parts::of(job))
-                    .compose(job, &mut one);
+                let parts = match (&t.job, &mut t.parts) {
+                    (_, Some(p)) => &*p,
+                    (Held::Full(job), p) => &*p.insert(Parts::of(job)),
+                    (Held::Lean(_), None) => continue, // never: a lean job has its parts
+                };
+                t.job.compose(parts, &mut one);
                 let one = Bytes::from(one);
                 t.body = Some(one.clone());
                 out.push(JobView::encoded(one));
@@ -312,24 +397,35 @@ impl Txn {
                     changed,
                     keep,
                 }) => {
-                    let parts = parts.unwrap_or_else(|| Parts::of(&job));
-                    debug_assert!(
-                        record || parts == Parts::of(&job),
-                        "job {id}: a client-supplied attribute changed after PUSH; only the \
-                         state record would have been written"
-                    );
+                    let parts = match (&job, parts) {
+                        (_, Some(p)) => p,
+                        (Held::Full(j), None) => Parts::of(j),
+                        (Held::Lean(_), None) => continue, // never: a lean job has its parts
+                    };
                     if changed {
-                        super::stored::put(&mut self.batch, id, seq_of(id), &job, &parts, record);
+                        let seq = seq_of(id);
+                        match &job {
+                            Held::Full(j) => {
+                                debug_assert!(
+                                    record || parts == Parts::of(j),
+                                    "job {id}: a client-supplied attribute changed after PUSH; \
+                                     only the state record would have been written"
+                                );
+                                super::stored::put(&mut self.batch, id, seq, j, &parts, record);
+                            }
+                            // Only the state record: a lean job's record is never rewritten.
+                            Held::Lean(l) => super::stored::put_state(&mut self.batch, id, seq, l),
+                        }
                     }
                     if shown.contains(&id) {
                         let body = body.unwrap_or_else(|| {
                             let mut v = Vec::with_capacity(1024);
-                            parts.compose(&job, &mut v);
+                            job.compose(&parts, &mut v);
                             Bytes::from(v)
                         });
                         written.insert(id, body);
                     }
-                    if job.state.is_terminal() || !keep {
+                    if job.is_terminal() || !keep {
                         self.cache.remove(id);
                     } else {
                         self.cache.put(id, job, parts);
@@ -361,7 +457,7 @@ pub fn resolve(
         }
         if let Some((job, parts)) = cache.get(*id) {
             let mut buf = Vec::new();
-            parts.compose(job, &mut buf);
+            job.compose(parts, &mut buf);
             return Ok(Bytes::from(buf));
         }
         load_body(store, *id)?
@@ -439,8 +535,9 @@ mod tests {
         // Peeked from the cache, then from the store: nothing to write either time.
         for cache in [txn.cache, JobCache::default()] {
             let mut t = Txn::with_cache(cache);
+            assert_eq!(t.job_lean(&store, a, false).unwrap().attempt(), 0);
             assert_eq!(
-                t.job_peek(&store, a).unwrap().args,
+                t.job(&store, a).unwrap().unwrap().args,
                 vec![serde_json::json!(1)]
             );
             t.seal(|_| 1);
@@ -448,7 +545,7 @@ mod tests {
         }
         // A peek then a change: written once.
         let mut t = Txn::default();
-        t.job_peek(&store, a).unwrap();
+        t.job_lean(&store, a, false).unwrap();
         t.job_mut(&store, a).unwrap().attempt = 1;
         t.seal(|_| 1);
         assert_eq!(t.batch.len(), 1, "the state record only");
@@ -459,22 +556,32 @@ mod tests {
         let mut c = JobCache::with_capacity(3);
         let jobs: Vec<_> = (0..5).map(job).collect();
         for (id, j, p) in &jobs[..3] {
-            c.put(*id, Box::new(j.clone()), p.clone());
+            c.put(*id, Held::Full(Box::new(j.clone())), p.clone());
         }
         // Taking and putting back the oldest makes it the newest.
         let (j, p) = c.take(jobs[0].0).unwrap();
         c.put(jobs[0].0, j, p);
-        c.put(jobs[3].0, Box::new(jobs[3].1.clone()), jobs[3].2.clone());
+        c.put(
+            jobs[3].0,
+            Held::Full(Box::new(jobs[3].1.clone())),
+            jobs[3].2.clone(),
+        );
         assert_eq!(c.len(), 3);
         assert!(
             c.get(jobs[1].0).is_none(),
             "the oldest insertion went first"
         );
         assert!(c.get(jobs[0].0).is_some());
-        c.put(jobs[4].0, Box::new(jobs[4].1.clone()), jobs[4].2.clone());
+        c.put(
+            jobs[4].0,
+            Held::Full(Box::new(jobs[4].1.clone())),
+            jobs[4].2.clone(),
+        );
         assert!(c.get(jobs[2].0).is_none());
         assert_eq!(
-            c.get(jobs[4].0).map(|(j, _)| j.args.clone()),
+            c.get(jobs[4].0)
+                .and_then(|(j, p)| j.decoded(p).ok())
+                .map(|j| j.args),
             Some(vec![4.into()])
         );
         c.remove(jobs[4].0);
@@ -489,7 +596,7 @@ mod tests {
             "x".repeat(CACHE_JOB_MAX_BYTES + 1),
         )];
         let p = Parts::of(&j);
-        c.put(id, Box::new(j.clone()), p);
+        c.put(id, Held::Full(Box::new(j.clone())), p);
         assert!(
             c.get(id).is_none(),
             "a large job is read from the store instead"
@@ -499,7 +606,11 @@ mod tests {
             "x".repeat(CACHE_JOB_MAX_BYTES / 2),
         )];
         for _ in 0..(4 * CACHE_BYTES / CACHE_JOB_MAX_BYTES) {
-            c.put(Uuid::now_v7(), Box::new(j.clone()), Parts::of(&j));
+            c.put(
+                Uuid::now_v7(),
+                Held::Full(Box::new(j.clone())),
+                Parts::of(&j),
+            );
         }
         assert!(c.bytes <= CACHE_BYTES, "{} bytes cached", c.bytes);
         let counted: usize = c.map.values().map(|(_, _, p)| p.len()).sum();
@@ -510,7 +621,7 @@ mod tests {
     fn cache_order_does_not_grow_with_churn() {
         let mut c = JobCache::with_capacity(2);
         let (id, j, p) = job(0);
-        c.put(id, Box::new(j), p);
+        c.put(id, Held::Full(Box::new(j)), p);
         for _ in 0..100_000 {
             let (j, p) = c.take(id).unwrap();
             c.put(id, j, p);

@@ -287,25 +287,18 @@ impl Engine {
         let wid = by.wid();
         let now = self.now;
         let now_ms = self.now_ms();
-        // Looked at, not touched: a job passed over is not written back.
-        let limit =
-            crate::job::rate_limit::RateLimitPolicy::of(txn.job_peek(self.store.as_ref(), id)?);
+        // Looked at, not touched: a job passed over is not written back. Lean where it can
+        // be: a claim changes only the state record (engine/lean.rs).
+        let limit = txn.job_lean(self.store.as_ref(), id, false)?.rate_limit();
         if let Some(p) = &limit {
             if !self.index.key_can_start(p, now_ms) {
                 return Ok(false);
             }
         }
-        let job = txn.job_mut(self.store.as_ref(), id)?;
-        job.state = State::Active;
-        job.attempt = job.attempt.saturating_add(1);
-        job.started_at = Some(now);
-        job.worker_id = wid.map(|w| w.to_string());
-        let wait_ms = job
-            .enqueued_at
-            .map(|t| (now - t).num_milliseconds() as f64)
-            .unwrap_or(0.0);
-        let data = job_data(job);
-        let extra = json!({"worker_id": job.worker_id, "attempt": job.attempt});
+        let mut job = txn.job_lean(self.store.as_ref(), id, true)?;
+        let wait_ms = job.claim(now, wid.map(|w| &**w));
+        let data = job.event_data();
+        let extra = json!({"worker_id": job.worker_id(), "attempt": job.attempt()});
         self.observe(&data, Observe::Started { wait_ms });
         self.emit_with(
             txn,
@@ -429,18 +422,12 @@ impl Engine {
             }
         }
         let now = self.now;
-        let job = txn.job_mut(self.store.as_ref(), uid)?;
-        let duration_ms = job
-            .started_at
-            .map(|t| (now - t).num_milliseconds())
-            .unwrap_or(0);
-        let extra = json!({"duration_ms": duration_ms, "attempt": job.attempt, "result": result});
-        job.state = State::Completed;
-        job.completed_at = Some(now);
-        job.result = result;
-        job.error = None;
-        job.worker_id = None;
-        let data = job_data(job);
+        // Lean where it can be, as the claim (engine/lean.rs).
+        let mut job = txn.job_lean(self.store.as_ref(), uid, true)?;
+        let shown = json!(result);
+        let duration_ms = job.complete(now, result);
+        let extra = json!({"duration_ms": duration_ms, "attempt": job.attempt(), "result": shown});
+        let data = job.event_data();
         self.observe(
             &data,
             Observe::Completed {

@@ -99,19 +99,35 @@ pub fn encode_state(seq: u64, job: &Job) -> Vec<u8> {
     let json = |v: &serde_json::Value| serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec());
     let errors = (!job.errors.is_empty())
         .then(|| serde_json::to_vec(&job.errors).unwrap_or_else(|_| b"[]".to_vec()));
-    let values: [Option<Vec<u8>>; VALUES as usize] = [
-        job.worker_id.as_ref().map(|w| w.as_bytes().to_vec()),
-        job.error.as_ref().map(json),
-        errors,
-        job.result.as_ref().map(json),
-    ];
+    let (error, result) = (job.error.as_ref().map(json), job.result.as_ref().map(json));
+    encode_record(&StateRecord {
+        seq,
+        state: job.state,
+        attempt: job.attempt,
+        enqueued_at: us(job.enqueued_at),
+        started_at: us(job.started_at),
+        completed_at: us(job.completed_at),
+        cancelled_at: us(job.cancelled_at),
+        discarded_at: us(job.discarded_at),
+        next_retry_at: us(job.next_retry_at),
+        worker_id: job.worker_id.as_deref(),
+        error: error.as_deref(),
+        errors: errors.as_deref(),
+        result: result.as_deref(),
+    })
+}
+
+/// A state record's bytes (the layout above).
+pub fn encode_record(r: &StateRecord<'_>) -> Vec<u8> {
+    let values: [Option<&[u8]>; VALUES as usize] =
+        [r.worker_id.map(str::as_bytes), r.error, r.errors, r.result];
     let times = [
-        us(job.enqueued_at),
-        us(job.started_at),
-        us(job.completed_at),
-        us(job.cancelled_at),
-        us(job.discarded_at),
-        us(job.next_retry_at),
+        r.enqueued_at,
+        r.started_at,
+        r.completed_at,
+        r.cancelled_at,
+        r.discarded_at,
+        r.next_retry_at,
     ];
     let mask = |present: &mut dyn Iterator<Item = bool>| {
         present
@@ -120,9 +136,9 @@ pub fn encode_state(seq: u64, job: &Job) -> Vec<u8> {
     };
     let mut v = Vec::with_capacity(64);
     v.push(STATE_V1);
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.push(state_byte(job.state));
-    v.extend_from_slice(&job.attempt.to_be_bytes());
+    v.extend_from_slice(&r.seq.to_be_bytes());
+    v.push(state_byte(r.state));
+    v.extend_from_slice(&r.attempt.to_be_bytes());
     v.push(mask(&mut times.iter().map(Option::is_some)));
     v.push(mask(&mut values.iter().map(Option::is_some)));
     for t in times.into_iter().flatten() {
@@ -131,9 +147,66 @@ pub fn encode_state(seq: u64, job: &Job) -> Vec<u8> {
     for b in values.into_iter().flatten() {
         // As in the job record: a length past u32 is refused on reading, never misread.
         v.extend_from_slice(&u32::try_from(b.len()).unwrap_or(u32::MAX).to_be_bytes());
-        v.extend_from_slice(&b);
+        v.extend_from_slice(b);
     }
     v
+}
+
+/// A state record that owns its values: what a transition changes on a job that is not
+/// decoded (`engine/lean.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedState {
+    pub seq: u64,
+    pub state: State,
+    pub attempt: u32,
+    pub enqueued_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub completed_at: Option<i64>,
+    pub cancelled_at: Option<i64>,
+    pub discarded_at: Option<i64>,
+    pub next_retry_at: Option<i64>,
+    pub worker_id: Option<String>,
+    pub error: Option<Vec<u8>>,
+    pub errors: Option<Vec<u8>>,
+    pub result: Option<Vec<u8>>,
+}
+
+impl OwnedState {
+    pub fn of(r: &StateRecord<'_>) -> OwnedState {
+        OwnedState {
+            seq: r.seq,
+            state: r.state,
+            attempt: r.attempt,
+            enqueued_at: r.enqueued_at,
+            started_at: r.started_at,
+            completed_at: r.completed_at,
+            cancelled_at: r.cancelled_at,
+            discarded_at: r.discarded_at,
+            next_retry_at: r.next_retry_at,
+            worker_id: r.worker_id.map(str::to_owned),
+            error: r.error.map(<[u8]>::to_vec),
+            errors: r.errors.map(<[u8]>::to_vec),
+            result: r.result.map(<[u8]>::to_vec),
+        }
+    }
+
+    pub fn view(&self) -> StateRecord<'_> {
+        StateRecord {
+            seq: self.seq,
+            state: self.state,
+            attempt: self.attempt,
+            enqueued_at: self.enqueued_at,
+            started_at: self.started_at,
+            completed_at: self.completed_at,
+            cancelled_at: self.cancelled_at,
+            discarded_at: self.discarded_at,
+            next_retry_at: self.next_retry_at,
+            worker_id: self.worker_id.as_deref(),
+            error: self.error.as_deref(),
+            errors: self.errors.as_deref(),
+            result: self.result.as_deref(),
+        }
+    }
 }
 
 /// Read a state record; `None` if it is not one (unknown version, state or bits, a time
