@@ -83,6 +83,16 @@ pub(super) fn job_data(job: &Job) -> Map<String, Value> {
     m
 }
 
+/// The fields `job_data` puts first, borrowed.
+pub(super) fn fields_of(job: &Job) -> events::JobFields<'_> {
+    events::JobFields {
+        id: &job.id,
+        job_type: &job.job_type,
+        queue: &job.queue,
+        trace_id: job.trace_id(),
+    }
+}
+
 /// How often the event log is pruned, how often while a pruning stopped short (the log
 /// grows faster than one slice a period removes), and how long one pruning may read.
 pub(super) const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -167,12 +177,8 @@ impl Engine {
         job: &Job,
         extra: Value,
     ) {
-        let mut data = job_data(job);
-        if let Value::Object(m) = extra {
-            data.extend(m);
-        }
-        let subject = job.id.clone();
-        self.emit(txn, kind, from, &subject, data);
+        let e = self.job_event(kind, from, &fields_of(job), &extra);
+        txn.events.push(e);
     }
 
     /// Emit a non-job event whose data is a JSON object.
@@ -212,19 +218,45 @@ impl Engine {
 
     pub(super) fn observe(&mut self, data: &Map<String, Value>, what: super::metrics::Observe) {
         let s = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or("");
+        self.observe_job(s("job_type"), s("queue"), what);
+    }
+
+    /// `observe` for a job of type `job_type` in `queue`.
+    pub(super) fn observe_job(
+        &mut self,
+        job_type: &str,
+        queue: &str,
+        what: super::metrics::Observe,
+    ) {
         // Per-queue throughput for QUEUE STATS: completions and failed attempts.
         let done = match &what {
             super::metrics::Observe::Completed { .. } => Some(true),
             super::metrics::Observe::Failed { .. } => Some(false),
             _ => None,
         };
-        if let (Some(ok), Some(q)) = (done, self.index.find_queue(s("queue"))) {
+        if let (Some(ok), Some(q)) = (done, self.index.find_queue(queue)) {
             let now = self.now_ms();
             self.index.queue_mut(q).throughput.record(now, ok);
         }
         let now = self.now_ms();
         self.overview.record(now, &what);
-        self.metrics.observe(s("job_type"), s("queue"), what);
+        self.metrics.observe(job_type, queue, what);
+    }
+
+    /// A job event from the job's fields and the rest of its data (a JSON object), the
+    /// event `emit_with` makes of `job_data` + `extra`, without building that map. The
+    /// caller pushes it to its batch (`txn.events`): it may still hold the job.
+    pub(super) fn job_event(
+        &mut self,
+        kind: EventKind,
+        from: Component<'_>,
+        job: &events::JobFields<'_>,
+        extra: &Value,
+    ) -> events::Event {
+        let cursor = self.events.next;
+        self.events.next += 1;
+        let source = events::source(&self.cfg.events.service, from);
+        events::build_job(cursor, kind.name(), source, self.now, job, extra)
     }
 
     /// Hand committed events to live subscribers; drop the ones whose reader went away or

@@ -13,12 +13,13 @@
 use super::record::state::{OwnedState, StateRecord};
 use super::record::JobRecord;
 use crate::error::OjsResult;
+use crate::events::JobFields;
 use crate::job::parts::{compose_stored, Parts};
 use crate::job::rate_limit::RateLimitPolicy;
 use crate::job::{Job, State};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use std::borrow::Cow;
 
 /// A job as its records hold it, with the few client fields the hot path reads.
@@ -128,19 +129,15 @@ impl JobMut<'_> {
     }
 
     /// The common fields of its events (`events::job_data`).
-    pub fn event_data(&self) -> Map<String, Value> {
+    pub fn fields(&self) -> JobFields<'_> {
         match self {
-            JobMut::Full(j) => super::events::job_data(j),
-            JobMut::Lean(l) => {
-                let mut m = Map::new();
-                m.insert("job_id".into(), json!(l.id));
-                m.insert("job_type".into(), json!(l.job_type));
-                m.insert("queue".into(), json!(l.queue));
-                if let Some(t) = &l.trace_id {
-                    m.insert("trace_id".into(), json!(t));
-                }
-                m
-            }
+            JobMut::Full(j) => super::events::fields_of(j),
+            JobMut::Lean(l) => JobFields {
+                id: &l.id,
+                job_type: &l.job_type,
+                queue: &l.queue,
+                trace_id: l.trace_id.as_deref(),
+            },
         }
     }
 
@@ -215,7 +212,7 @@ mod tests {
     use super::super::txn::{Out, Txn};
     use super::*;
     use crate::store::{FjallStore, Op, Store};
-    use serde_json::json;
+    use serde_json::{json, Map};
     use uuid::Uuid;
 
     /// What one transition left: the batch's writes, the reply's body, the event data and
@@ -262,7 +259,13 @@ mod tests {
             } else {
                 job.claim(now, Some("worker-7f3a")) as i64
             };
-            let (data, attempt) = (job.event_data(), job.attempt());
+            let f = job.fields();
+            let mut data = Map::new();
+            data.insert("job_id".into(), json!(f.id));
+            data.insert("job_type".into(), json!(f.job_type));
+            data.insert("queue".into(), json!(f.queue));
+            data.insert("trace_id".into(), json!(f.trace_id));
+            let attempt = job.attempt();
             let worker_id = job.worker_id().map(str::to_owned);
             txn.reply(tokio::sync::oneshot::channel().0, Out::Job(id));
             let written = txn.seal(|_| 3);

@@ -163,6 +163,52 @@ pub fn build(
     }
 }
 
+/// A job event's fields, as the engine has them without a data map.
+pub struct JobFields<'a> {
+    pub id: &'a str,
+    pub job_type: &'a str,
+    pub queue: &'a str,
+    pub trace_id: Option<&'a str>,
+}
+
+/// Make a job event from its fields and the rest of its data (a JSON object, or nothing):
+/// the event `build` makes of the data `{"job_id", "job_type", "queue", ["trace_id",]
+/// ...rest}` with the job id as subject, without building that map.
+pub fn build_job(
+    cursor: u64,
+    kind: &str,
+    source: String,
+    time: DateTime<Utc>,
+    job: &JobFields<'_>,
+    rest: &Value,
+) -> Event {
+    let rest = match rest {
+        Value::Object(m) if !m.is_empty() => {
+            let mut v = serde_json::to_vec(rest).unwrap_or_else(|_| b"{}".to_vec());
+            v.pop();
+            v.remove(0);
+            Bytes::from(v)
+        }
+        _ => Bytes::new(),
+    };
+    Event {
+        cursor,
+        kind: kind.to_string(),
+        source,
+        queue: Some(job.queue.to_string()),
+        job_type: Some(job.job_type.to_string()),
+        body: super::Body::Compact(Compact {
+            id: *Uuid::now_v7().as_bytes(),
+            time_us: time.timestamp_micros(),
+            subject: job.id.to_string(),
+            data: Data::Job {
+                trace_id: job.trace_id.map(str::to_string),
+                rest,
+            },
+        }),
+    }
+}
+
 fn put_str(v: &mut Vec<u8>, s: &[u8]) {
     v.extend_from_slice(&(s.len() as u32).to_be_bytes());
     v.extend_from_slice(s);

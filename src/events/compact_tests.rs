@@ -280,3 +280,56 @@ fn chunks_split_at_their_limits() {
     assert_eq!(decode(0, entries[0].1).unwrap().0, huge[0]);
     assert_eq!(key_cursor(&cursor_key(99)), Some(99));
 }
+
+#[test]
+fn a_job_event_built_from_its_fields_is_the_one_built_from_its_data_map() {
+    let time = Utc::now();
+    let id = uuid::Uuid::now_v7().to_string();
+    let cases = [
+        (
+            Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+            json!({"worker_id": "w1", "attempt": 2}),
+        ),
+        (
+            None,
+            json!({"duration_ms": 12, "attempt": 1, "result": {"ok": [1, 2.5]}}),
+        ),
+        (None, json!({})),
+        (Some("t"), json!({"priority": -3})),
+    ];
+    for (trace_id, rest) in cases {
+        let mut data = obj(json!({"job_id": id, "job_type": "email.send", "queue": "mail"}));
+        if let Some(t) = trace_id {
+            data.insert("trace_id".into(), json!(t));
+        }
+        data.extend(obj(rest.clone()));
+        let from_map = build(
+            9,
+            "job.started",
+            "ojs://s/workers/w1".into(),
+            time,
+            &id,
+            data,
+        );
+        let fields = JobFields {
+            id: &id,
+            job_type: "email.send",
+            queue: "mail",
+            trace_id,
+        };
+        let mut typed = build_job(
+            9,
+            "job.started",
+            "ojs://s/workers/w1".into(),
+            time,
+            &fields,
+            &rest,
+        );
+        // Event ids are minted per event; all else must match.
+        if let (Body::Compact(t), Body::Compact(m)) = (&mut typed.body, &from_map.body) {
+            t.id = m.id;
+        }
+        assert_eq!(typed, from_map, "{rest}");
+        assert_eq!(typed.json(), from_map.json());
+    }
+}

@@ -7,7 +7,7 @@ mod filter;
 pub mod held;
 mod kind;
 
-pub use compact::{build, kinds};
+pub use compact::{build, build_job, kinds, JobFields};
 pub use filter::{split_csv, EventFilter};
 pub use kind::EventKind;
 

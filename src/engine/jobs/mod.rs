@@ -297,16 +297,12 @@ impl Engine {
         }
         let mut job = txn.job_lean(self.store.as_ref(), id, true)?;
         let wait_ms = job.claim(now, wid.map(|w| &**w));
-        let data = job.event_data();
         let extra = json!({"worker_id": job.worker_id(), "attempt": job.attempt()});
-        self.observe(&data, Observe::Started { wait_ms });
-        self.emit_with(
-            txn,
-            EventKind::JobStarted,
-            Component::Worker(wid.map(|w| &**w)),
-            data,
-            extra,
-        );
+        let fields = job.fields();
+        self.observe_job(fields.job_type, fields.queue, Observe::Started { wait_ms });
+        let from = Component::Worker(wid.map(|w| &**w));
+        let event = self.job_event(EventKind::JobStarted, from, &fields, &extra);
+        txn.events.push(event);
         let timeout = self.index.jobs.get(&id).map(|e| e.timeout_ms).unwrap_or(0);
         self.index.set_state(
             id,
@@ -427,20 +423,14 @@ impl Engine {
         let shown = json!(result);
         let duration_ms = job.complete(now, result);
         let extra = json!({"duration_ms": duration_ms, "attempt": job.attempt(), "result": shown});
-        let data = job.event_data();
-        self.observe(
-            &data,
-            Observe::Completed {
-                duration_ms: duration_ms as f64,
-            },
-        );
-        self.emit_with(
-            txn,
-            EventKind::JobCompleted,
-            Component::Worker(wid.map(|w| &**w)),
-            data,
-            extra,
-        );
+        let fields = job.fields();
+        let done = Observe::Completed {
+            duration_ms: duration_ms as f64,
+        };
+        self.observe_job(fields.job_type, fields.queue, done);
+        let from = Component::Worker(wid.map(|w| &**w));
+        let event = self.job_event(EventKind::JobCompleted, from, &fields, &extra);
+        txn.events.push(event);
         if let Some(w) = wid {
             self.workers.completed(w);
         }
