@@ -217,8 +217,14 @@ impl Engine {
         let failed = self.pipeline.as_ref().and_then(|p| p.failed.clone());
         let result = match &failed {
             Some(e) => Err(StoreError::Backend(format!("an earlier sync failed: {e}"))),
-            None => self.store.write(batch),
+            None => {
+                let (r, wall, _) = super::slow::timed(|| self.store.write(batch));
+                self.slow.write = wall;
+                r
+            }
         };
+        self.slow.sync = std::time::Duration::ZERO;
+        self.slow.sync_cpu = std::time::Duration::ZERO;
         if let Err(e) = result {
             return Err(self.refuse(txn.out.into_iter().map(|(to, _)| to), e));
         }
@@ -246,7 +252,9 @@ impl Engine {
             // sync that failed for want of it, which `store_ready` retries), so only a
             // batch that wrote something needs a sync before its replies.
             if let (true, Some(syncer)) = (wrote, self.inline_syncer.as_mut()) {
-                match syncer.sync() {
+                let (synced, wall, cpu) = super::slow::timed(|| syncer.sync());
+                (self.slow.sync, self.slow.sync_cpu) = (wall, cpu);
+                match synced {
                     Ok(()) => {}
                     Err(e @ StoreError::Unavailable(_)) => {
                         for (to, _, claimed) in later {

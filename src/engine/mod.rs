@@ -524,6 +524,10 @@ impl Engine {
                     apply_ms = ms(applied),
                     upkeep_ms = ms(upkept - applied),
                     commit_ms = ms(committed - upkept),
+                    // Of which the store's write, and the inline sync (wall; CPU).
+                    write_ms = ms(self.slow.write),
+                    sync_ms = ms(self.slow.sync),
+                    sync_cpu_ms = ms(self.slow.sync_cpu),
                     reads,
                     reads_ms = ms(total - committed),
                     bulk_pending = self.bulk.len(),

@@ -21,6 +21,18 @@ pub(super) fn thread_cpu() -> Duration {
 pub(super) struct SlowLog {
     last: Option<Instant>,
     pub(super) unlogged: u64,
+    /// The last commit's parts: the store's write, then the inline sync (wall and this
+    /// thread's CPU: the kernel's work in `fdatasync` is charged to the caller).
+    pub(super) write: Duration,
+    pub(super) sync: Duration,
+    pub(super) sync_cpu: Duration,
+}
+
+/// Wall and thread-CPU time of `f`.
+pub(super) fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
+    let (began, cpu) = (Instant::now(), thread_cpu());
+    let out = f();
+    (out, began.elapsed(), thread_cpu().saturating_sub(cpu))
 }
 
 impl SlowLog {
