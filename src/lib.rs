@@ -17,6 +17,7 @@ pub mod server;
 pub mod store;
 pub mod time;
 pub mod tls;
+pub mod wire;
 pub mod workflow;
 
 #[cfg(test)]

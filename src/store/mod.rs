@@ -336,7 +336,7 @@ pub trait Store: Send + Sync {
 pub const READY_RETRY: Duration = Duration::from_millis(100);
 
 /// One node of the cluster as CLUSTER reports it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterNode {
     /// `--node-id`.
     pub id: String,
@@ -353,16 +353,18 @@ pub struct ClusterNode {
     pub heartbeat_at: Option<String>,
     /// `active` (holds partitions), `standby` (heartbeating, holds none) or `gone` (no
     /// heartbeat for a lease TTL of the node answering).
-    pub role: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub role: crate::wire::Name,
     /// This is the node that answered.
     pub local: bool,
 }
 
 /// The cluster: how many partitions, which node holds which.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterState {
     /// The store the cluster keeps its data in.
-    pub store: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub store: crate::wire::Name,
     pub partitions: u32,
     pub nodes: Vec<ClusterNode>,
     /// Partitions nobody holds a live lease on (between a node's death and a takeover).
