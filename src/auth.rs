@@ -181,6 +181,15 @@ impl Tokens {
         })
     }
 
+    /// The secret a node answers another's peer challenge with: the first admin token's
+    /// (`--password`'s when given).
+    pub fn admin_secret(&self) -> Option<String> {
+        self.tokens
+            .iter()
+            .find(|t| t.role == Role::Admin)
+            .map(|t| t.secret.to_string())
+    }
+
     /// No token configured: every client is `admin`.
     pub fn is_open(&self) -> bool {
         self.tokens.is_empty()

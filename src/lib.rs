@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod cli;
+pub mod cluster;
 pub mod config_file;
 pub mod cron;
 pub mod engine;

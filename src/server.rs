@@ -16,8 +16,9 @@ pub mod limits;
 mod session;
 
 use crate::auth::{Role, Tokens};
+use crate::cluster::Router;
 use crate::engine::intake::Intake;
-use crate::engine::{Answered, EngineHandle};
+use crate::engine::Answered;
 use crate::error::{ErrorCode, OjsError};
 use crate::protocol::{faktory, parse_command, Command, Frame, LineCodec, Reply};
 use futures_util::{SinkExt, StreamExt};
@@ -155,7 +156,7 @@ type Queued = (Pending, usize);
 /// What every connection of one listener shares.
 struct Shared {
     cfg: Arc<ServerConfig>,
-    engine: EngineHandle,
+    engine: Router,
     gate: Arc<Gate>,
     auth: Arc<AuthLimiter>,
     /// Password checks running at once (each is thousands of SHA-256 rounds).
@@ -188,7 +189,7 @@ pub(crate) async fn accept_backoff(backoff: &mut Duration, e: &std::io::Error) {
     tokio::time::sleep(*backoff).await;
 }
 
-pub async fn accept_loop(listener: TcpListener, engine: EngineHandle, cfg: Arc<ServerConfig>) {
+pub async fn accept_loop(listener: TcpListener, engine: Router, cfg: Arc<ServerConfig>) {
     let hashers = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
     let shared = Arc::new(Shared {
         gate: Gate::new(cfg.max_connections, cfg.max_handshaking),
@@ -211,11 +212,11 @@ pub async fn accept_loop(listener: TcpListener, engine: EngineHandle, cfg: Arc<S
                 };
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    shared.engine.connections.fetch_add(1, Ordering::Relaxed);
+                    shared.engine.connections().fetch_add(1, Ordering::Relaxed);
                     if let Err(e) = start(stream, peer, ticket, &shared).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
-                    shared.engine.connections.fetch_sub(1, Ordering::Relaxed);
+                    shared.engine.connections().fetch_sub(1, Ordering::Relaxed);
                 });
             }
             Err(e) => accept_backoff(&mut backoff, &e).await,

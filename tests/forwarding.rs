@@ -1,0 +1,364 @@
+//! Every node serves every client (cluster mode, PROTOCOL.md §15): three `ojsd --store
+//! postgres` nodes, no load balancer, clients connected straight to the standbys, which
+//! forward to the partition's holder over the peer protocol (`--peer-listen`).
+//!
+//! - jobs pushed through one standby, fetched through the other, ACKed through the first;
+//! - a worker waiting in FETCH on a standby receives a job pushed to the holder;
+//! - a client of a standby that disconnects with a fetched job: the job is available again
+//!   at once (not after its visibility timeout);
+//! - kill -9 of the holder with producers on one standby and workers on the other: they
+//!   get retryable errors, a standby takes over, the other forwards to it, every push
+//!   answered +OK completes and none is ACKed twice;
+//! - a peer with a wrong password is refused (a raw peer connection, and a whole node);
+//! - a peer frame over the limit ends that peer connection and nothing else.
+//!
+//! Needs `OJSD_TEST_POSTGRES_URL` (.ci/run sets it); skipped with a notice otherwise. The
+//! harness is tests/common/cluster.rs (haproxy is not used here).
+
+mod common;
+
+use common::cluster::{connect, wait_until, Cluster, Load, Proc, HOLDS, NAMES};
+use common::{id_of, test_job};
+use ojs_client::{Client, ConnectOptions};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn url() -> Option<String> {
+    let url = std::env::var("OJSD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
+    }
+    url
+}
+
+/// Node a holding the partition, the others standbys forwarding to it (each has said so
+/// in its log and answers a command through node a).
+fn start(c: &Cluster) -> Vec<Proc> {
+    let a = c.node(0);
+    wait_until("node-a to hold the partition", LIMIT, || a.logged(HOLDS));
+    let mut nodes = vec![a];
+    for (i, name) in NAMES.iter().enumerate().take(c.nodes.len()).skip(1) {
+        let p = c.standby(i, 0);
+        wait_until(&format!("{name} to forward"), LIMIT, || {
+            p.logged("forwarding to the partition's holder")
+        });
+        nodes.push(p);
+    }
+    nodes
+}
+
+fn client(addr: &str, wid: Option<&str>) -> Client {
+    Client::connect_with(
+        addr,
+        &ConnectOptions {
+            wid: wid.map(str::to_string),
+            timeout: Some(Duration::from_secs(15)),
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
+}
+
+/// HTTP GET on `addr`: (status, body).
+fn http_get(addr: &str, path: &str) -> (u16, Value) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[test]
+fn pushed_through_one_standby_fetched_through_the_other_acked_through_the_first() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 3);
+    let _nodes = start(&c);
+    let (b, cc) = (&c.nodes[1].0, &c.nodes[2].0);
+    // The same worker id on both standbys: a job fetched on one is the worker's, so it
+    // may settle it on the other.
+    let mut producer = client(b, Some("w-1"));
+    let mut fetcher = client(cc, Some("w-1"));
+    let n = 20;
+    let mut pushed = Vec::new();
+    for i in 0..n {
+        let j = producer
+            .push(&test_job("fwd", json!({"args": [i]})))
+            .unwrap();
+        pushed.push(id_of(&j));
+    }
+    let mut fetched = Vec::new();
+    while fetched.len() < n {
+        let job = fetcher
+            .fetch(&["fwd"])
+            .unwrap()
+            .expect("a job for each push");
+        assert_eq!(job["state"], "active");
+        fetched.push(id_of(&job));
+    }
+    assert_eq!(fetched, pushed, "fetched in the order pushed");
+    for id in &fetched {
+        producer.ack(id, None).unwrap();
+    }
+    // The holder itself agrees, and so does the other standby.
+    let mut holder = client(&c.nodes[0].0, None);
+    for id in &pushed {
+        assert_eq!(holder.job(id).unwrap()["state"], "completed", "{id}");
+        assert_eq!(fetcher.job(id).unwrap()["state"], "completed", "{id}");
+    }
+    // A standby's health check passes through the holder and names it.
+    let (status, health) = http_get(&c.nodes[1].1, "/ojs/v1/health");
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["node"]["role"], "forwarding", "{health}");
+    assert_eq!(health["node"]["holder"], "node-a", "{health}");
+    let (_, health) = http_get(&c.nodes[0].1, "/ojs/v1/health");
+    assert_eq!(health["node"]["role"], "active", "{health}");
+    // CLUSTER lists every node's peer address.
+    let cl = fetcher.cluster().unwrap();
+    for (i, node) in cl["nodes"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(node["peer_addr"], c.peers[i].as_str(), "{cl}");
+    }
+}
+
+#[test]
+fn a_worker_waiting_in_fetch_on_a_standby_receives_a_job_pushed_to_the_holder() {
+    let Some(url) = url() else { return };
+    let mut c = Cluster::new(url, 3);
+    c.fetch_wait_ms = 8000;
+    let _nodes = start(&c);
+    let b = c.nodes[1].0.clone();
+    let waiting = std::thread::spawn(move || {
+        let mut w = client(&b, Some("w-wait"));
+        let t0 = Instant::now();
+        let job = w.fetch(&["wake"]).unwrap();
+        (job, t0.elapsed())
+    });
+    // Long enough for the FETCH to be parked at the holder.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut holder = client(&c.nodes[0].0, None);
+    let pushed_at = Instant::now();
+    let id = id_of(&holder.push(&test_job("wake", json!({}))).unwrap());
+    let (job, waited) = waiting.join().unwrap();
+    let job = job.expect("the parked FETCH got the job");
+    assert_eq!(id_of(&job), id);
+    assert!(
+        waited >= Duration::from_millis(1400),
+        "it waited for the push: {waited:?}"
+    );
+    assert!(
+        pushed_at.elapsed() < Duration::from_secs(3),
+        "it woke at the push, not at the end of its wait"
+    );
+}
+
+#[test]
+fn a_standby_client_that_disconnects_with_a_fetched_job_releases_it_at_once() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 3);
+    let _nodes = start(&c);
+    let mut producer = client(&c.nodes[0].0, None);
+    // A visibility timeout far beyond the test: only the disconnect can bring it back.
+    let id = id_of(
+        &producer
+            .push(&test_job("held", json!({"timeout": 600})))
+            .unwrap(),
+    );
+    // A client without a worker id: the connection holds the jobs it fetches.
+    let mut taker = client(&c.nodes[1].0, None);
+    let job = taker.fetch(&["held"]).unwrap().expect("the job");
+    assert_eq!(id_of(&job), id);
+    assert_eq!(producer.job(&id).unwrap()["state"], "active");
+    drop(taker);
+    let t0 = Instant::now();
+    wait_until(
+        "the job to be available again",
+        Duration::from_secs(5),
+        || producer.job(&id).unwrap()["state"] == "available",
+    );
+    let mut other = client(&c.nodes[2].0, None);
+    let again = other.fetch(&["held"]).unwrap().expect("fetched again");
+    assert_eq!(id_of(&again), id);
+    eprintln!(
+        "released {} ms after the standby's client closed",
+        t0.elapsed().as_millis()
+    );
+}
+
+#[test]
+fn kill9_of_the_holder_with_clients_on_the_standbys() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 3);
+    let mut nodes = start(&c);
+    let (b, cc) = (c.nodes[1].0.clone(), c.nodes[2].0.clone());
+    let load = Load::split(&b, &cc, 2, 2);
+    wait_until("load before the kill", LIMIT, || load.acked() >= 100);
+    let errors_before = load
+        .ledger
+        .push_errors
+        .load(std::sync::atomic::Ordering::SeqCst);
+    nodes[0].kill9();
+    let t0 = Instant::now();
+    // One of the standbys takes over; the other forwards to it.
+    wait_until("a standby to take over", LIMIT, || {
+        nodes[1].logged(HOLDS) || nodes[2].logged(HOLDS)
+    });
+    let (new, other) = if nodes[1].logged(HOLDS) {
+        (1, 2)
+    } else {
+        (2, 1)
+    };
+    let pushed_at_kill = load.pushed();
+    wait_until("load after the takeover", LIMIT, || {
+        load.pushed() >= pushed_at_kill + 100
+    });
+    let took = t0.elapsed();
+    let errors = load
+        .ledger
+        .push_errors
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        errors > errors_before,
+        "the producers' forwards failed while no node held the partition"
+    );
+    let (pushed, refused) = load.finish_and_check(&b);
+    let (_, health) = http_get(&c.nodes[other].1, "/ojs/v1/health");
+    assert_eq!(health["node"]["role"], "forwarding", "{health}");
+    assert_eq!(health["node"]["holder"], NAMES[new], "{health}");
+    let (_, health) = http_get(&c.nodes[new].1, "/ojs/v1/health");
+    assert_eq!(health["node"]["role"], "active", "{health}");
+    eprintln!(
+        "forwarding failover: {pushed} pushes acknowledged ({refused} refused or cut), all \
+         completed, none acked twice; {} took over, 100 more pushes {} ms after the kill",
+        NAMES[new],
+        took.as_millis()
+    );
+}
+
+/// One frame of the peer protocol: a 4-byte big-endian length, then the bytes.
+fn send_frame(s: &mut TcpStream, body: &[u8]) {
+    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(body).unwrap();
+}
+
+/// The next frame, or `None` when the connection closed.
+fn read_frame(s: &mut TcpStream) -> Option<Value> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).ok()?;
+    Some(serde_json::from_slice(&body).expect("a JSON frame"))
+}
+
+fn closed(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    matches!(s.read(&mut b), Ok(0))
+        || matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+}
+
+#[test]
+fn a_peer_with_a_wrong_password_is_refused() {
+    let Some(url) = url() else { return };
+    let mut c = Cluster::new(url, 3);
+    c.extra = vec!["--password".into(), "right".into()];
+    let a = c.node(0);
+    wait_until("node-a to hold the partition", LIMIT, || a.logged(HOLDS));
+    // A raw peer connection answering the challenge with a wrong password.
+    let mut s = TcpStream::connect(&c.peers[0]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let challenge = read_frame(&mut s).expect("a challenge");
+    let ch = &challenge["Challenge"];
+    assert_eq!(ch["auth"], true, "{challenge}");
+    let salt = ch["salt"].as_str().unwrap();
+    let wrong = ojs_client::password_hash("wrong", salt, 5000);
+    let auth = json!({"Auth": {"version": 1, "node": "intruder", "pwdhash": wrong}});
+    send_frame(&mut s, auth.to_string().as_bytes());
+    let refused = read_frame(&mut s).expect("an answer");
+    assert_eq!(refused["Refused"]["code"], "Unauthenticated", "{refused}");
+    assert!(closed(&mut s), "the connection closes");
+    // No password at all is refused too, and so is a request sent without the handshake.
+    let mut s = TcpStream::connect(&c.peers[0]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frame(&mut s).expect("a challenge");
+    let submit = json!({"Submit": {"id": 1, "conn": null, "wid": null, "cmd": "Info",
+                                   "bytes": 0, "viewed": false}});
+    send_frame(&mut s, submit.to_string().as_bytes());
+    assert!(read_frame(&mut s).is_none_or(|f| f.get("Answer").is_none()));
+    // A node started with the wrong password forwards nothing: its clients get the
+    // retryable BACKEND_UNAVAILABLE, and the holder logs the refusal.
+    c.extra = vec!["--password".into(), "wrong".into()];
+    let b = c.node(1);
+    c.extra = vec!["--password".into(), "right".into()];
+    wait_until("node-b to look for the holder", LIMIT, || {
+        b.logged("forwarding to the partition's holder")
+    });
+    let mut cl = Client::connect_with(
+        &c.nodes[1].0,
+        &ConnectOptions {
+            password: Some("wrong".into()),
+            timeout: Some(Duration::from_secs(10)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = cl.push(&test_job("pw", json!({}))).unwrap_err();
+    assert_eq!(e.code(), Some("BACKEND_UNAVAILABLE"), "{e}");
+    wait_until("the holder to log the refusal", LIMIT, || {
+        a.logged("peer connection refused")
+    });
+    // With the right password, the same node forwards.
+    let right = c.node(2);
+    wait_until("node-c to forward", LIMIT, || {
+        right.logged("connected to the partition's holder")
+            || right.logged("forwarding to the partition's holder")
+    });
+    let mut ok = Client::connect_with(
+        &c.nodes[2].0,
+        &ConnectOptions {
+            password: Some("right".into()),
+            timeout: Some(Duration::from_secs(10)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    ok.push(&test_job("pw", json!({}))).unwrap();
+}
+
+#[test]
+fn a_peer_frame_over_the_limit_is_refused_without_harm() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 2);
+    let nodes = start(&c);
+    let mut s = TcpStream::connect(&c.peers[0]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let challenge = read_frame(&mut s).expect("a challenge");
+    assert_eq!(challenge["Challenge"]["auth"], false, "{challenge}");
+    let auth = json!({"Auth": {"version": 1, "node": "big", "pwdhash": null}});
+    send_frame(&mut s, auth.to_string().as_bytes());
+    assert_eq!(read_frame(&mut s).expect("welcome"), json!("Welcome"));
+    // A frame that says it is 1 GiB long (and then a little of it): refused from the
+    // length alone, without reading or allocating it.
+    s.write_all(&(1u32 << 30).to_be_bytes()).unwrap();
+    let _ = s.write_all(&[b'x'; 4096]);
+    assert!(closed(&mut s), "the holder closes that connection");
+    wait_until("the holder to log the bad frame", LIMIT, || {
+        nodes[0].logged("bad frame")
+    });
+    // Nothing else is harmed: the standby forwards as before, the holder serves.
+    let mut cl = connect(&c.nodes[1].0, None).expect("connect to the standby");
+    let id = id_of(&cl.push(&test_job("after", json!({}))).unwrap());
+    let mut h = connect(&c.nodes[0].0, None).expect("connect to the holder");
+    assert_eq!(h.job(&id).unwrap()["state"], "available");
+}
