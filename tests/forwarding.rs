@@ -362,3 +362,92 @@ fn a_peer_frame_over_the_limit_is_refused_without_harm() {
     let mut h = connect(&c.nodes[0].0, None).expect("connect to the holder");
     assert_eq!(h.job(&id).unwrap()["state"], "available");
 }
+
+/// With `--tls-cert`, the peer listener speaks TLS only, and a standby reaches the holder
+/// over TLS, checking its certificate against the cluster's own.
+#[test]
+fn peers_speak_tls_when_the_nodes_do() {
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+    let Some(url) = url() else { return };
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+        .expect("self-signed certificate");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let mut c = Cluster::new(url, 2);
+    c.extra = vec![
+        "--tls-cert".into(),
+        cert.to_str().unwrap().into(),
+        "--tls-key".into(),
+        key.to_str().unwrap().into(),
+    ];
+    let _nodes = start(&c);
+    let tls = |addr: &str| {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ck.cert.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        std::io::BufReader::new(rustls::StreamOwned::new(conn, tcp))
+    };
+    let call = |s: &mut std::io::BufReader<rustls::StreamOwned<_, _>>, line: &str| {
+        let w = s.get_mut();
+        w.write_all(line.as_bytes()).unwrap();
+        w.write_all(b"\r\n").unwrap();
+        w.flush().unwrap();
+        ojs_client::wire::read_reply(s).expect("reply")
+    };
+    let mut standby = tls(&c.nodes[1].0);
+    ojs_client::wire::read_reply(&mut standby).expect("greeting");
+    assert_eq!(
+        call(&mut standby, r#"HELLO {"v":2}"#),
+        ojs_client::Reply::Simple("OK".into())
+    );
+    let pushed = match call(
+        &mut standby,
+        &format!("PUSH {}", test_job("tls", json!({}))),
+    ) {
+        ojs_client::Reply::Bulk(b) => serde_json::from_slice::<Value>(&b).unwrap(),
+        other => panic!("PUSH through the standby: {other:?}"),
+    };
+    let id = id_of(&pushed);
+    let mut holder = tls(&c.nodes[0].0);
+    ojs_client::wire::read_reply(&mut holder).expect("greeting");
+    call(&mut holder, r#"HELLO {"v":2}"#);
+    match call(&mut holder, &format!("JOB {id}")) {
+        ojs_client::Reply::Bulk(b) => {
+            assert_eq!(
+                serde_json::from_slice::<Value>(&b).unwrap()["state"],
+                "available"
+            )
+        }
+        other => panic!("JOB on the holder: {other:?}"),
+    }
+    // In plain text the peer listener gives nothing away: no challenge, and the
+    // connection ends.
+    let mut plain = TcpStream::connect(&c.peers[0]).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    send_frame(
+        &mut plain,
+        json!({"Auth": {"version": 1, "node": "x", "pwdhash": null}})
+            .to_string()
+            .as_bytes(),
+    );
+    let mut first = [0u8; 4];
+    let got = plain.read(&mut first).unwrap_or(0);
+    assert!(
+        got == 0 || first[0] == 0x15,
+        "a TLS alert or a close, not a challenge: {first:?}"
+    );
+}
