@@ -10,7 +10,9 @@
 //!   get retryable errors, a standby takes over, the other forwards to it, every push
 //!   answered +OK completes and none is ACKed twice;
 //! - a peer with a wrong password is refused (a raw peer connection, and a whole node);
-//! - a peer frame over the limit ends that peer connection and nothing else.
+//! - a peer frame over the limit ends that peer connection and nothing else;
+//! - with TLS on, peers speak TLS;
+//! - a subscriber on a standby sees the holder's events in order.
 //!
 //! Needs `OJSD_TEST_POSTGRES_URL` (.ci/run sets it); skipped with a notice otherwise. The
 //! harness is tests/common/cluster.rs (haproxy is not used here).
@@ -450,4 +452,43 @@ fn peers_speak_tls_when_the_nodes_do() {
         got == 0 || first[0] == 0x15,
         "a TLS alert or a close, not a challenge: {first:?}"
     );
+}
+
+/// A subscriber on a standby sees the holder's events, in cursor order with no gap: the
+/// replay and then what is committed after it subscribed (read from the holder's log
+/// page by page, PROTOCOL.md §16).
+#[test]
+fn a_subscriber_on_a_standby_sees_the_holders_events_in_order() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 2);
+    let _nodes = start(&c);
+    let mut holder = client(&c.nodes[0].0, None);
+    let before = id_of(&holder.push(&test_job("sub", json!({}))).unwrap());
+    let mut sub = client(&c.nodes[1].0, None);
+    let ok = sub
+        .call(r#"SUBSCRIBE {"queues": ["sub"], "event_types": ["job.enqueued"], "after": 0}"#)
+        .unwrap();
+    assert_eq!(ok, ojs_client::Reply::Simple("OK".into()));
+    let mut ids = vec![before];
+    for i in 0..5 {
+        ids.push(id_of(
+            &holder.push(&test_job("sub", json!({"args": [i]}))).unwrap(),
+        ));
+    }
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    let mut cursors = Vec::new();
+    while seen.len() < ids.len() {
+        match sub.read_reply().expect("an event") {
+            ojs_client::Reply::Bulk(b) => {
+                let e: Value = serde_json::from_slice(&b).unwrap();
+                seen.push(e["data"]["job_id"].as_str().unwrap().to_string());
+                cursors.push(e["cursor"].as_u64().unwrap());
+            }
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+    assert_eq!(seen, ids, "every enqueue, in order, once");
+    assert!(cursors.windows(2).all(|w| w[0] < w[1]), "{cursors:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
