@@ -13,6 +13,7 @@ pub mod events;
 pub mod http;
 pub mod job;
 pub mod json;
+pub mod listen;
 pub mod protocol;
 pub mod server;
 pub mod store;

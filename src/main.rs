@@ -2,6 +2,7 @@
 //! store, start the engine, serve, and shut down cleanly on SIGTERM/SIGINT.
 
 use clap::{CommandFactory, FromArgMatches};
+use ojsd::auth::AuthLimiter;
 use ojsd::auth::Tokens;
 use ojsd::cluster::{serve_peers, PeerServerConfig, Router};
 use ojsd::config_file;
@@ -9,7 +10,6 @@ use ojsd::engine::{self, Config};
 use ojsd::events::held::HeldLimits;
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
-use ojsd::server::limits::AuthLimiter;
 use ojsd::server::{self, ServerConfig};
 use ojsd::store::{self, StoreError, StoreKind, DEFAULT_CACHE_MB};
 use std::ffi::OsString;
@@ -424,25 +424,25 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
     // the partition's holder (`cluster::Router`) until it holds the partition itself.
     let bind_all = || {
         let _in_runtime = runtime.enter();
-        let listener = server::bind(args.listen)
+        let listener = ojsd::listen::bind(args.listen)
             .map_err(|e| format!("cannot listen on {} (--listen): {e}", args.listen))?;
         let http_listener = match args.http_listen.0 {
             Some(addr) => Some(
-                server::bind(addr)
+                ojsd::listen::bind(addr)
                     .map_err(|e| format!("cannot listen on {addr} (--http-listen): {e}"))?,
             ),
             None => None,
         };
         let faktory_listener = match args.faktory_listen {
             Some(addr) => Some(
-                server::bind(addr)
+                ojsd::listen::bind(addr)
                     .map_err(|e| format!("cannot listen on {addr} (--faktory-listen): {e}"))?,
             ),
             None => None,
         };
         let peer_listener = match args.peer_listen {
             Some(addr) => Some(
-                server::bind(addr)
+                ojsd::listen::bind(addr)
                     .map_err(|e| format!("cannot listen on {addr} (--peer-listen): {e}"))?,
             ),
             None => None,

@@ -7,7 +7,7 @@
 //! connections that are not workers, and `--max-pending-reply-bytes` of replies it has not
 //! read ([`budget`]). Password checks run off the async threads, at most a few at a time,
 //! and an address that keeps failing them is refused before any hashing
-//! ([`limits::AuthLimiter`]). The token a HELLO answered gives the connection its role, and
+//! ([`crate::auth::AuthLimiter`]). The token a HELLO answered gives the connection its role, and
 //! each command is checked against it in one place ([`crate::protocol::command::authorize`])
 //! before it reaches the engine. With `--tls-cert`/`--tls-key` every connection is TLS.
 
@@ -15,14 +15,16 @@ mod budget;
 pub mod limits;
 mod session;
 
+use crate::auth::AuthLimiter;
 use crate::auth::{Role, Tokens};
 use crate::cluster::Router;
 use crate::engine::intake::Intake;
 use crate::engine::Answered;
 use crate::error::{ErrorCode, OjsError};
+use crate::listen::accept_backoff;
 use crate::protocol::{faktory, parse_command, Command, Frame, LineCodec, Reply};
 use futures_util::{SinkExt, StreamExt};
-use limits::{AuthLimiter, Gate, Ticket};
+use limits::{Gate, Ticket};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -165,28 +167,6 @@ struct Shared {
     /// When a refusal was last logged (ms since `epoch`), so a flood logs once in a while.
     last_refusal_log: AtomicU64,
     epoch: std::time::Instant,
-}
-
-/// A listener with a deep backlog, so a burst of a thousand connecting workers is not refused.
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
-}
-
-/// Sleep after a failed accept: doubling from 5 ms up to 1 s while accepts keep failing
-/// (out of file descriptors, say), so the loop neither spins nor stalls for long.
-pub(crate) async fn accept_backoff(backoff: &mut Duration, e: &std::io::Error) {
-    *backoff = (*backoff * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
-    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "accept failed");
-    tokio::time::sleep(*backoff).await;
 }
 
 pub async fn accept_loop(listener: TcpListener, engine: Router, cfg: Arc<ServerConfig>) {

@@ -9,10 +9,10 @@
 
 use super::proto::{encode, FromOwner, Limits, ToOwner, ITERATIONS, VERSION};
 use super::Router;
+use crate::auth::AuthLimiter;
 use crate::auth::{Role, Tokens};
 use crate::engine::{unavailable, ConnId, EngineHandle};
 use crate::error::{ErrorCode, OjsError};
-use crate::server::limits::AuthLimiter;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ pub async fn serve_peers(listener: TcpListener, router: Router, cfg: PeerServerC
         let (tcp, peer) = match listener.accept().await {
             Ok(a) => a,
             Err(e) => {
-                crate::server::accept_backoff(&mut backoff, &e).await;
+                crate::listen::accept_backoff(&mut backoff, &e).await;
                 continue;
             }
         };

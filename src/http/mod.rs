@@ -39,9 +39,9 @@ pub mod system;
 pub mod workflows;
 pub mod ws;
 
+use crate::auth::AuthLimiter;
 use crate::auth::{Need, Role};
 use crate::cluster::Router as EngineRouter;
-use crate::server::limits::AuthLimiter;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
@@ -328,7 +328,7 @@ pub async fn serve(listener: TcpListener, engine: EngineRouter, cfg: HttpConfig)
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
-                crate::server::accept_backoff(&mut backoff, &e).await;
+                crate::listen::accept_backoff(&mut backoff, &e).await;
                 continue;
             }
         };

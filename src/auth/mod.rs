@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::Arc;
 
+mod limiter;
+pub use limiter::AuthLimiter;
+
 /// A token's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
