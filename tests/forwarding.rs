@@ -234,6 +234,13 @@ fn kill9_of_the_holder_with_clients_on_the_standbys() {
         errors > errors_before,
         "the producers' forwards failed while no node held the partition"
     );
+    // Connected to a standby, they kept their connection: every refusal was the
+    // retryable BACKEND_UNAVAILABLE, none a cut.
+    let codes = load.ledger.push_error_codes.lock().unwrap().clone();
+    assert!(
+        codes.keys().all(|c| c == "BACKEND_UNAVAILABLE"),
+        "{codes:?}"
+    );
     let (pushed, refused) = load.finish_and_check(&b);
     let (_, health) = http_get(&c.nodes[other].1, "/ojs/v1/health");
     assert_eq!(health["node"]["role"], "forwarding", "{health}");

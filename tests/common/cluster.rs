@@ -365,6 +365,8 @@ pub struct Ledger {
     pub pushed: Mutex<Vec<String>>,
     pub acked: Mutex<Vec<String>>,
     pub push_errors: AtomicUsize,
+    /// The refused pushes by error code (`io` for a cut connection).
+    pub push_error_codes: Mutex<HashMap<String, usize>>,
 }
 
 fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
@@ -381,8 +383,15 @@ fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
         let job = test_job("failover", json!({"args": [n], "timeout": 3}));
         match client.push(&job) {
             Ok(j) => ledger.pushed.lock().unwrap().push(id_of(&j)),
-            Err(_) => {
+            Err(e) => {
                 ledger.push_errors.fetch_add(1, Ordering::SeqCst);
+                let code = e.code().unwrap_or("io").to_string();
+                *ledger
+                    .push_error_codes
+                    .lock()
+                    .unwrap()
+                    .entry(code)
+                    .or_default() += 1;
                 c = None;
             }
         }
