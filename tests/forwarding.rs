@@ -5,7 +5,7 @@
 //! - jobs pushed through one standby, fetched through the other, ACKed through the first;
 //! - a worker waiting in FETCH on a standby receives a job pushed to the holder;
 //! - a client of a standby that disconnects with a fetched job: the job is available again
-//!   at once (not after its visibility timeout);
+//!   at once (not after its visibility timeout); so are the jobs of a standby killed -9;
 //! - kill -9 of the holder with producers on one standby and workers on the other: they
 //!   get retryable errors, a standby takes over, the other forwards to it, every push
 //!   answered +OK completes and none is ACKed twice;
@@ -195,6 +195,39 @@ fn a_standby_client_that_disconnects_with_a_fetched_job_releases_it_at_once() {
     eprintln!(
         "released {} ms after the standby's client closed",
         t0.elapsed().as_millis()
+    );
+}
+
+/// The holder closes what a peer connection carried when it drops: a standby killed with
+/// its client's fetched job (600 s visibility timeout) gives the job back at once.
+#[test]
+fn a_standby_killed_with_fetched_jobs_gives_them_back_at_once() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 3);
+    let mut nodes = start(&c);
+    let mut producer = client(&c.nodes[0].0, None);
+    let id = id_of(
+        &producer
+            .push(&test_job("dropped", json!({"timeout": 600})))
+            .unwrap(),
+    );
+    let mut taker = client(&c.nodes[2].0, None);
+    assert_eq!(
+        id_of(&taker.fetch(&["dropped"]).unwrap().expect("the job")),
+        id
+    );
+    assert_eq!(producer.job(&id).unwrap()["state"], "active");
+    nodes[2].kill9();
+    wait_until(
+        "the job of the killed standby's client to be available again",
+        Duration::from_secs(5),
+        || producer.job(&id).unwrap()["state"] == "available",
+    );
+    // The other standby's clients are not affected.
+    let mut other = client(&c.nodes[1].0, None);
+    assert_eq!(
+        id_of(&other.fetch(&["dropped"]).unwrap().expect("again")),
+        id
     );
 }
 
