@@ -5,6 +5,7 @@
 //!   On one node (fjall, sled) it is the engine's handle itself; with `--store postgres`
 //!   it runs requests on this node's engine once the node holds the partition, and
 //!   forwards them to the holder until then.
+//! - `check.rs`: the bounds the holder applies again to what a peer sends.
 //! - `proto.rs`: the messages, each a JSON value in a length-delimited frame, and their
 //!   bounds; `link.rs`: a node's connection to the holder (one, multiplexed: each request
 //!   has an id and replies come back in any order); `serve.rs`: the holder's side
@@ -13,6 +14,7 @@
 //!
 //! The engine knows nothing of this module.
 
+pub mod check;
 pub mod link;
 pub mod proto;
 pub mod router;

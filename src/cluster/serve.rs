@@ -276,6 +276,13 @@ async fn peer_connection<S>(
                     reply(&out, id, Err(not_holder(&cfg.node)), permits, &cfg.limits);
                     continue;
                 };
+                if let Err(e) =
+                    super::check::forwarded(&cmd, engine.intake().limits(), engine.intake().now())
+                {
+                    tracing::warn!(%peer, %node, error = %e.message, "refused a peer's request");
+                    reply(&out, id, Err(e), permits, &cfg.limits);
+                    continue;
+                }
                 let local = match conn {
                     None => None,
                     Some(rc) => match open_conn(&carried, rc, &engine, cfg.limits.max_conns) {
