@@ -55,6 +55,29 @@ fn job(j: &NewJob, len: usize, limits: &Limits, now: DateTime<Utc>) -> Result<()
     parse_new_job(v, len, now, limits).map(|_| ())
 }
 
+/// The most bytes of a worker's HELLO a peer may register (a client's HELLO line is held
+/// to 64 KiB).
+pub const MAX_HELLO_BYTES: usize = 64 * 1024;
+
+/// A worker id a peer names (a client's is at most `MAX_WID_BYTES`), and the HELLO it
+/// registers, if any.
+pub fn worker(wid: &str, info: Option<&serde_json::Value>) -> Result<(), OjsError> {
+    let max = crate::protocol::hello::MAX_WID_BYTES;
+    if wid.is_empty() || wid.len() > max {
+        return Err(refused(format!(
+            "a worker id of {} bytes (1 to {max})",
+            wid.len()
+        )));
+    }
+    if let Some(info) = info {
+        let len = serde_json::to_vec(info).map_or(usize::MAX, |b| b.len());
+        if len > MAX_HELLO_BYTES {
+            return Err(refused(format!("a HELLO of {len} bytes")));
+        }
+    }
+    Ok(())
+}
+
 /// Whether the holder may run `cmd` from a peer.
 pub fn forwarded(cmd: &Command, limits: &Limits, now: DateTime<Utc>) -> Result<(), OjsError> {
     match cmd {
@@ -135,6 +158,15 @@ mod tests {
             forwarded(&bad, &limits, now).unwrap_err().code,
             ErrorCode::InvalidQueue
         );
+    }
+
+    #[test]
+    fn worker_ids_and_hellos_are_held_to_a_clients_bounds() {
+        assert!(worker("w-1", Some(&json!({"hostname": "h"}))).is_ok());
+        assert!(worker("", None).is_err());
+        assert!(worker(&"w".repeat(257), None).is_err());
+        let big = json!({"labels": ["x".repeat(MAX_HELLO_BYTES)]});
+        assert!(worker("w-1", Some(&big)).is_err());
     }
 
     #[test]

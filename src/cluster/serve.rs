@@ -276,9 +276,14 @@ async fn peer_connection<S>(
                     reply(&out, id, Err(not_holder(&cfg.node)), permits, &cfg.limits);
                     continue;
                 };
-                if let Err(e) =
+                let checked = match wid.as_deref() {
+                    Some(w) => super::check::worker(w, None),
+                    None => Ok(()),
+                }
+                .and_then(|()| {
                     super::check::forwarded(&cmd, engine.intake().limits(), engine.intake().now())
-                {
+                });
+                if let Err(e) = checked {
                     tracing::warn!(%peer, %node, error = %e.message, "refused a peer's request");
                     reply(&out, id, Err(e), permits, &cfg.limits);
                     continue;
@@ -340,6 +345,10 @@ async fn peer_connection<S>(
             }
             ToOwner::Register { wid, info, reserve } => {
                 let Some(engine) = engine else { continue };
+                if let Err(e) = super::check::worker(&wid, Some(&info)) {
+                    tracing::warn!(%peer, %node, error = %e.message, "peer connection: closing it");
+                    break;
+                }
                 let mut c = lock(&carried);
                 if c.workers.len() >= cfg.limits.max_conns && !c.workers.contains_key(&wid) {
                     tracing::warn!(%peer, %node, "peer connection: too many workers; closing it");
