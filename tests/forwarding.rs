@@ -12,7 +12,8 @@
 //! - a peer with a wrong password is refused (a raw peer connection, and a whole node);
 //! - a peer frame over the limit ends that peer connection and nothing else;
 //! - with TLS on, peers speak TLS;
-//! - a subscriber on a standby sees the holder's events in order.
+//! - a subscriber on a standby sees the holder's events in order;
+//! - a peer that reads none of its answers is held to its budget.
 //!
 //! Needs `OJSD_TEST_POSTGRES_URL` (.ci/run sets it); skipped with a notice otherwise. The
 //! harness is tests/common/cluster.rs (haproxy is not used here).
@@ -531,4 +532,74 @@ fn a_subscriber_on_a_standby_sees_the_holders_events_in_order() {
     assert_eq!(seen, ids, "every enqueue, in order, once");
     assert!(cursors.windows(2).all(|w| w[0] < w[1]), "{cursors:?}");
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// Resident memory of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// A peer that asks for page after page of events and reads none of the answers: the
+/// holder stops reading it once its unsent answers hold the peer connection's budget
+/// (64 MiB), instead of queueing them all, and serves everyone else meanwhile.
+#[test]
+fn a_peer_that_reads_no_answers_is_held_to_its_budget() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 2);
+    let nodes = start(&c);
+    let mut producer = client(&c.nodes[0].0, None);
+    let jobs: Vec<Value> = (0..1000)
+        .map(|i| test_job("pages", json!({"args": [i]})))
+        .collect();
+    for chunk in jobs.chunks(100) {
+        producer.push_bulk(chunk).unwrap();
+    }
+    let pid = nodes[0].pid().unwrap();
+    let before = rss_kib(pid);
+    let mut s = TcpStream::connect(&c.peers[0]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    read_frame(&mut s).expect("a challenge");
+    let auth = json!({"Auth": {"version": 1, "node": "greedy", "pwdhash": null}});
+    send_frame(&mut s, auth.to_string().as_bytes());
+    assert_eq!(read_frame(&mut s).expect("welcome"), json!("Welcome"));
+    // 1500 pages of ~1000 events (some 350 KB each): about 500 MB if all were queued.
+    s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut sent = 0;
+    for id in 0..1500u64 {
+        let req = json!({"Events": {"id": id, "start": {"After": 0}, "limit": 1000,
+            "bytes": 32 << 20,
+            "filter": {"event_types": [], "queues": [], "job_types": [], "sources": []}}});
+        let body = req.to_string();
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(body.as_bytes());
+        if s.write_all(&frame).is_err() {
+            break; // the holder stopped reading: what the test is after
+        }
+        sent += 1;
+    }
+    // The most the holder holds while it works through what it took.
+    let mut after = 0;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(250));
+        after = after.max(rss_kib(pid));
+    }
+    eprintln!(
+        "greedy peer: {sent} requests written; holder RSS {} MiB -> {} MiB",
+        before / 1024,
+        after / 1024
+    );
+    assert!(
+        after < before + 50 * 1024,
+        "the holder grew from {before} KiB to {after} KiB"
+    );
+    // Everyone else is served meanwhile, directly and through the standby.
+    let mut other = client(&c.nodes[1].0, None);
+    other.push(&test_job("pages", json!({}))).unwrap();
+    producer.push(&test_job("pages", json!({}))).unwrap();
+    drop(s);
 }

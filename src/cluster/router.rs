@@ -325,7 +325,9 @@ impl Router {
             Router::Cluster(c) => match c.engine.get() {
                 Some(h) => h.events(filter, start, limit).await,
                 None => {
-                    let bytes = c.link_cfg.limits.reply_frame / 2;
+                    // A poll's page: a few MiB (a peer holds twice a page's bytes of its
+                    // budget while the page is read and sent).
+                    let bytes = 4 << 20;
                     c.link().await?.events(filter, start, limit, bytes).await
                 }
             },

@@ -13,6 +13,7 @@ use crate::auth::AuthLimiter;
 use crate::auth::{Role, Tokens};
 use crate::engine::{unavailable, ConnId, EngineHandle};
 use crate::error::{ErrorCode, OjsError};
+use crate::protocol::reply::worst_case;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -225,6 +226,10 @@ async fn peer_connection<S>(
         }
     });
     let mine = Arc::new(Semaphore::new(kib(cfg.limits.per_peer)));
+    // The job size limit of the engine that answers (replies of FETCH, JOB, listings).
+    let max_job = router
+        .local()
+        .map_or(1 << 20, |e| e.intake().limits().max_job_bytes);
     let carried = Arc::new(Mutex::new(Carried::default()));
     let mut tasks = JoinSet::new();
     loop {
@@ -242,16 +247,6 @@ async fn peer_connection<S>(
             }
             None => break,
         };
-        // What this request may hold while it runs, here and across all peers: reading
-        // stops while either is spent.
-        let weight = kib(frame.len()).min(kib(cfg.limits.per_peer)) as u32;
-        let Ok(p1) = mine.clone().acquire_many_owned(weight).await else {
-            break;
-        };
-        let weight_total = weight.min(kib(cfg.limits.total) as u32);
-        let Ok(p2) = total.clone().acquire_many_owned(weight_total).await else {
-            break;
-        };
         let msg = match serde_json::from_slice::<ToOwner>(&frame) {
             Ok(m) => m,
             Err(e) => {
@@ -259,7 +254,25 @@ async fn peer_connection<S>(
                 break;
             }
         };
+        // What this request may hold until its answer is written, here and across all
+        // peers (the larger of the request and the largest answer it can get, as a client
+        // connection reserves it): reading stops while either is spent, so a peer that
+        // does not read its answers stops here instead of filling memory.
+        let holds = match &msg {
+            ToOwner::Submit { cmd, bytes, .. } => worst_case(cmd, *bytes, max_job),
+            ToOwner::Events { bytes, .. } => page_bytes(*bytes, &cfg.limits).saturating_mul(2),
+            _ => 0,
+        }
+        .max(frame.len());
         drop(frame);
+        let weight = kib(holds).min(kib(cfg.limits.per_peer)) as u32;
+        let Ok(p1) = mine.clone().acquire_many_owned(weight).await else {
+            break;
+        };
+        let weight_total = weight.min(kib(cfg.limits.total) as u32);
+        let Ok(p2) = total.clone().acquire_many_owned(weight_total).await else {
+            break;
+        };
         let permits = vec![p1, p2];
         let engine = router.local();
         match msg {
@@ -334,7 +347,7 @@ async fn peer_connection<S>(
                                 filter,
                                 start,
                                 limit.min(1000),
-                                bytes.min(limits.reply_frame / 2),
+                                page_bytes(bytes, &limits),
                             )
                             .await
                             .map(super::proto::WirePage::from),
@@ -401,6 +414,12 @@ async fn peer_connection<S>(
         }
     }
     tracing::info!(%peer, %node, "peer disconnected; its connections are closed here");
+}
+
+/// The bytes of events a page for a peer may hold: what it asked, at most a quarter of an
+/// answer frame.
+fn page_bytes(asked: usize, limits: &Limits) -> usize {
+    asked.min(limits.reply_frame / 4).max(1)
 }
 
 fn not_holder(node: &str) -> OjsError {
@@ -491,8 +510,15 @@ fn reply(
     )
 }
 
-/// Send an answer; one larger than a frame may be is replaced by an error saying so.
+/// Send an answer with the request's permits, given back once it is written.
 fn send(out: &Out, msg: &FromOwner, id: u64, permits: Vec<OwnedSemaphorePermit>, limits: &Limits) {
+    if let Some(frame) = frame_of(msg, id, limits) {
+        let _ = out.send((frame, permits));
+    }
+}
+
+/// An answer's frame; one larger than a frame may be is replaced by an error saying so.
+fn frame_of(msg: &FromOwner, id: u64, limits: &Limits) -> Option<Bytes> {
     let frame = match encode(msg) {
         Ok(f) if f.len() <= limits.reply_frame => f,
         Ok(f) => {
@@ -512,21 +538,16 @@ fn send(out: &Out, msg: &FromOwner, id: u64, permits: Vec<OwnedSemaphorePermit>,
                     answered: Err(e),
                 },
             };
-            match encode(&m) {
-                Ok(f) => f,
-                Err(_) => return,
-            }
+            encode(&m).ok()?
         }
         Err(e) => {
             tracing::warn!(error = %e, "an answer to a peer could not be encoded");
-            match encode(&FromOwner::Answer {
+            encode(&FromOwner::Answer {
                 id,
                 answered: Err(OjsError::new(ErrorCode::BackendError, e)),
-            }) {
-                Ok(f) => f,
-                Err(_) => return,
-            }
+            })
+            .ok()?
         }
     };
-    let _ = out.send((frame, permits));
+    Some(frame)
 }
