@@ -128,10 +128,12 @@ fn pushed_through_one_standby_fetched_through_the_other_acked_through_the_first(
     assert_eq!(health["node"]["holder"], "node-a", "{health}");
     let (_, health) = http_get(&c.nodes[0].1, "/ojs/v1/health");
     assert_eq!(health["node"]["role"], "active", "{health}");
-    // CLUSTER lists every node's peer address.
+    // CLUSTER lists every node's peer address, and `local` is the node asked (node-c),
+    // though the holder answered.
     let cl = fetcher.cluster().unwrap();
     for (i, node) in cl["nodes"].as_array().unwrap().iter().enumerate() {
         assert_eq!(node["peer_addr"], c.peers[i].as_str(), "{cl}");
+        assert_eq!(node["local"], i == 2, "{cl}");
     }
 }
 

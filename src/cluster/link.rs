@@ -53,6 +53,8 @@ struct Slots {
 pub struct Link {
     /// The holder's node id, as its challenge said.
     pub owner: String,
+    /// This node's id.
+    node: String,
     pub addr: String,
     tx: mpsc::UnboundedSender<(Bytes, Option<OwnedSemaphorePermit>)>,
     slots: Mutex<Slots>,
@@ -183,6 +185,7 @@ impl Link {
         let permits = (cfg.limits.per_peer / 1024).clamp(1, Semaphore::MAX_PERMITS) as u32;
         let link = Arc::new(Link {
             owner,
+            node: cfg.node.clone(),
             addr: addr.to_string(),
             tx,
             slots: Mutex::new(Slots {
@@ -393,7 +396,13 @@ async fn read_answers(
             }
         };
         match msg {
-            FromOwner::Answer { id, answered } => {
+            FromOwner::Answer { id, mut answered } => {
+                // CLUSTER's `local` is the node the client asked, not the holder.
+                if let Ok(crate::engine::Answer::Cluster(c)) = &mut answered {
+                    for n in c.nodes.iter_mut() {
+                        n.local = n.id == link.node;
+                    }
+                }
                 if let Some(Waiting::Answer(tx)) = lock(&link.slots).waiting.remove(&id) {
                     let _ = tx.send(answered);
                 }
