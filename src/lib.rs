@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod cli;
+pub mod cluster;
 pub mod config_file;
 pub mod cron;
 pub mod engine;
@@ -12,11 +13,13 @@ pub mod events;
 pub mod http;
 pub mod job;
 pub mod json;
+pub mod listen;
 pub mod protocol;
 pub mod server;
 pub mod store;
 pub mod time;
 pub mod tls;
+pub mod wire;
 pub mod workflow;
 
 #[cfg(test)]

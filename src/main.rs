@@ -2,13 +2,14 @@
 //! store, start the engine, serve, and shut down cleanly on SIGTERM/SIGINT.
 
 use clap::{CommandFactory, FromArgMatches};
+use ojsd::auth::AuthLimiter;
 use ojsd::auth::Tokens;
+use ojsd::cluster::{serve_peers, PeerServerConfig, Router};
 use ojsd::config_file;
 use ojsd::engine::{self, Config};
 use ojsd::events::held::HeldLimits;
 use ojsd::http::HttpConfig;
 use ojsd::job::validate::Limits;
-use ojsd::server::limits::AuthLimiter;
 use ojsd::server::{self, ServerConfig};
 use ojsd::store::{self, StoreError, StoreKind, DEFAULT_CACHE_MB};
 use std::ffi::OsString;
@@ -123,8 +124,8 @@ struct Args {
     /// With --store postgres: how long the partition's lease lasts past its last renewal
     /// (renewed every fifth of it), ms. A node that cannot renew stops writing a fifth of
     /// it before it runs out; another node may take the partition once it has. While
-    /// another node holds it, this one waits as a standby (no client port bound) and tries
-    /// again every fifth of it.
+    /// another node holds it, this one is a standby: it serves its clients by forwarding
+    /// to the holder (--peer-listen) and tries to take the partition every fifth of it.
     #[arg(long, env = "OJSD_LEASE_TTL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(500..))]
     lease_ttl_ms: u64,
     /// With --store postgres: memory for committed records read back from PostgreSQL (a
@@ -132,6 +133,13 @@ struct Args {
     /// MiB; 0: none.
     #[arg(long, env = "OJSD_POSTGRES_CACHE_MB", default_value_t = 64)]
     postgres_cache_mb: u64,
+    /// Address for the peer protocol (cluster mode, --store postgres): while this node holds
+    /// the partition, the other nodes forward their clients' requests here. It is
+    /// registered in PostgreSQL for them to find, so give one they can reach (not
+    /// 0.0.0.0). TLS (--tls-cert) and the password apply as on --listen; a peer must
+    /// authenticate as admin. Off unless set (a node without it cannot be forwarded to).
+    #[arg(long, env = "OJSD_PEER_LISTEN", value_name = "ADDR")]
+    peer_listen: Option<SocketAddr>,
     /// Cache of the embedded database (fjall's block cache, sled's page cache), MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
@@ -412,71 +420,44 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
     // Both ports are bound before the data dir is touched: a port in use fails at once,
     // creates no data dir, and takes no lock. While the store opens and the index is
     // rebuilt, clients that connect wait in the listen backlog; none is refused.
-    // On PostgreSQL the node may wait as a standby first: the ports are only tried now (a
-    // port in use still fails at once) and bound once it holds the partition, so that a
-    // load balancer's health check finds only the active node.
+    // On PostgreSQL the ports serve at once: a standby forwards its clients' requests to
+    // the partition's holder (`cluster::Router`) until it holds the partition itself.
     let bind_all = || {
         let _in_runtime = runtime.enter();
-        let listener = server::bind(args.listen)
+        let listener = ojsd::listen::bind(args.listen)
             .map_err(|e| format!("cannot listen on {} (--listen): {e}", args.listen))?;
         let http_listener = match args.http_listen.0 {
             Some(addr) => Some(
-                server::bind(addr)
+                ojsd::listen::bind(addr)
                     .map_err(|e| format!("cannot listen on {addr} (--http-listen): {e}"))?,
             ),
             None => None,
         };
         let faktory_listener = match args.faktory_listen {
             Some(addr) => Some(
-                server::bind(addr)
+                ojsd::listen::bind(addr)
                     .map_err(|e| format!("cannot listen on {addr} (--faktory-listen): {e}"))?,
             ),
             None => None,
         };
-        Ok::<_, String>((listener, http_listener, faktory_listener))
+        let peer_listener = match args.peer_listen {
+            Some(addr) => Some(
+                ojsd::listen::bind(addr)
+                    .map_err(|e| format!("cannot listen on {addr} (--peer-listen): {e}"))?,
+            ),
+            None => None,
+        };
+        Ok::<_, String>((listener, http_listener, faktory_listener, peer_listener))
     };
-    let mut bound = Some(bind_all()?);
+    let (listener, http_listener, faktory_listener, peer_listener) = bind_all()?;
+    let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let peer_addr = match &peer_listener {
+        Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
+        None => None,
+    };
     let opening = std::time::Instant::now();
     let cache_bytes = args.cache_mb.saturating_mul(1024 * 1024);
-    let store = match args.store {
-        StoreKind::Postgres => {
-            let url = args.postgres_url.as_deref().ok_or(
-                "--store postgres needs --postgres-url (or OJSD_POSTGRES_URL)".to_string(),
-            )?;
-            let node = args.node_id.clone().unwrap_or_else(store::default_node_id);
-            let mut opts = store::PostgresOptions::new(url, &node);
-            opts.schema = args.postgres_schema.clone();
-            opts.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
-            opts.renew_every = opts.lease_ttl / 5;
-            // A standby until the partition is free: for as long as it takes.
-            opts.acquire_wait = Duration::MAX;
-            // A port 0 is known once bound (below); registered then.
-            opts.addr = (args.listen.port() != 0).then(|| args.listen.to_string());
-            opts.read_cache_bytes = args.postgres_cache_mb.saturating_mul(1024 * 1024);
-            drop(bound.take());
-            let store = store::open_postgres(&opts).map_err(|e| match e {
-                StoreError::Leased { .. } => e.to_string(),
-                e => format!("cannot open the postgres store: {e}"),
-            })?;
-            bound = Some(bind_all()?);
-            store
-        }
-        kind => store::open(kind, &args.data_dir, cache_bytes).map_err(|e| match e {
-            // These name the data dir and what to do themselves.
-            StoreError::Locked { .. } | StoreError::WrongStore { .. } => e.to_string(),
-            e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
-        })?,
-    };
-    tracing::info!(
-        store = %args.store,
-        ms = opening.elapsed().as_millis() as u64,
-        "store opened"
-    );
-    let (listener, http_listener, faktory_listener) = bound
-        .take()
-        .expect("the listeners are bound once the store is open");
-    let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
-    store.announce(&local_addr.to_string());
+    let node_id = args.node_id.clone().unwrap_or_else(store::default_node_id);
     let cfg = Config {
         limits: Limits {
             max_job_bytes: args.max_job_bytes,
@@ -493,7 +474,7 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         max_queues: args.max_queues,
         max_metric_series: args.max_metric_series,
         compact_after_deletes: args.compact_after_deletes,
-        node_id: args.node_id.clone().unwrap_or_else(store::default_node_id),
+        node_id: node_id.clone(),
         node_addr: Some(local_addr.to_string()),
         events: engine::EventConfig {
             held: HeldLimits {
@@ -504,8 +485,96 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         },
         ..Config::default()
     };
-    let (handle, engine_thread) =
-        engine::start(store, cfg).map_err(|e| format!("cannot start: {e}"))?;
+    let peer_limits = ojsd::cluster::proto::Limits::new(args.max_line_bytes, max_body_bytes(&args));
+    // The engine runs from here (one node), or once this node wins the partition's lease
+    // (cluster mode): then the standby thread sends its thread here.
+    let (engine_tx, engine_rx) = tokio::sync::oneshot::channel::<Result<EngineThread, String>>();
+    let router = match args.store {
+        StoreKind::Postgres => {
+            let url = args.postgres_url.as_deref().ok_or(
+                "--store postgres needs --postgres-url (or OJSD_POSTGRES_URL)".to_string(),
+            )?;
+            let shared = engine::Shared {
+                subscribers: ojsd::events::held::Pool::new(cfg.events.held),
+                connections: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            };
+            let wake = Arc::new(tokio::sync::Notify::new());
+            let link_cfg = ojsd::cluster::link::LinkConfig {
+                node: node_id.clone(),
+                secret: tokens.admin_secret(),
+                tls: tls
+                    .as_ref()
+                    .map(|t| tokio_rustls::TlsConnector::from(t.peer.clone())),
+                limits: peer_limits,
+                connect_timeout: Duration::from_millis(args.hello_timeout_ms.clamp(100, 10_000)),
+                lost: wake.clone(),
+            };
+            let intake =
+                engine::intake::Intake::new(cfg.limits.clone(), engine::Clock::new(cfg.test_clock));
+            let router = Router::cluster(intake, &shared, StoreKind::Postgres.name(), link_cfg);
+            let mut opts = store::PostgresOptions::new(url, &node_id);
+            opts.schema = args.postgres_schema.clone();
+            opts.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
+            opts.renew_every = opts.lease_ttl / 5;
+            // A standby until the partition is free: for as long as it takes.
+            opts.acquire_wait = Duration::MAX;
+            opts.addr = Some(local_addr.to_string());
+            opts.peer_addr = peer_addr.map(|a| a.to_string());
+            opts.read_cache_bytes = args.postgres_cache_mb.saturating_mul(1024 * 1024);
+            let r = router.clone();
+            opts.standby = Some(store::StandbyHooks {
+                holder: Arc::new(move |owner, addr| r.set_holder(owner, addr)),
+                wake,
+            });
+            let r = router.clone();
+            let cfg = cfg.clone();
+            std::thread::Builder::new()
+                .name("ojsd-standby".into())
+                .spawn(move || {
+                    let started = store::open_postgres(&opts)
+                        .map_err(|e| match e {
+                            StoreError::Leased { .. } => e.to_string(),
+                            e => format!("cannot open the postgres store: {e}"),
+                        })
+                        .and_then(|store| {
+                            tracing::info!(
+                                store = "postgres",
+                                ms = opening.elapsed().as_millis() as u64,
+                                "store opened"
+                            );
+                            engine::start_with(store, cfg, shared)
+                                .map_err(|e| format!("cannot start: {e}"))
+                        })
+                        .map(|(handle, thread)| {
+                            r.activate(handle);
+                            tracing::info!(
+                                "this node holds the partition: serving from its own engine"
+                            );
+                            thread
+                        });
+                    let _ = engine_tx.send(started);
+                })
+                .map_err(|e| e.to_string())?;
+            router
+        }
+        kind => {
+            let store = store::open(kind, &args.data_dir, cache_bytes).map_err(|e| match e {
+                // These name the data dir and what to do themselves.
+                StoreError::Locked { .. } | StoreError::WrongStore { .. } => e.to_string(),
+                e => format!("cannot open data dir {}: {e}", args.data_dir.display()),
+            })?;
+            tracing::info!(
+                store = %args.store,
+                ms = opening.elapsed().as_millis() as u64,
+                "store opened"
+            );
+            store.announce(&local_addr.to_string());
+            let (handle, engine_thread) =
+                engine::start(store, cfg).map_err(|e| format!("cannot start: {e}"))?;
+            let _ = engine_tx.send(Ok(engine_thread));
+            Router::Local(handle)
+        }
+    };
     // One allowance of wrong passwords per address for every listener (PROTOCOL.md §13.4).
     let auth_failures = AuthLimiter::shared(
         args.max_auth_failures,
@@ -524,9 +593,39 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         tls: tls.as_ref().map(|t| t.tcp.clone()),
         dialect: server::Dialect::Ojs,
     });
+    let handle = router;
     let result = runtime.block_on(async move {
         let local = listener.local_addr().map_err(|e| e.to_string())?;
-        // The two lines are printed once the rebuild is done and the server serves.
+        // The engine's thread, once there is one; then its end.
+        let engine_done = async move {
+            let thread = match engine_rx.await {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err("the standby thread ended".to_string()),
+            };
+            match tokio::task::spawn_blocking(move || thread.join()).await {
+                Ok(Ok(Ok(()))) => Ok(()),
+                Ok(Ok(Err(e))) => Err(format!("engine failed: {e}")),
+                _ => Err("engine thread panicked".to_string()),
+            }
+        };
+        tokio::pin!(engine_done);
+        // Serve once the node can: on one node the engine runs already; in cluster mode it
+        // holds the partition, or knows the holder to forward to (the ports are bound, so
+        // clients that connect meanwhile wait in the listen backlog).
+        let can_serve = async {
+            while handle.role() == ojsd::cluster::Role::Waiting {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::select! {
+            _ = can_serve => {}
+            r = &mut engine_done => {
+                return r.and(Err("engine stopped unexpectedly".to_string()));
+            }
+            _ = shutdown_signal() => return Ok(()),
+        }
+        // The lines are printed once the server serves.
         // Tests and scripts read this line to learn the port when --listen ends in :0.
         announce(&format!("ojsd listening on {local}"));
         // ... and this second one (only when HTTP is on) for the HTTP port.
@@ -564,30 +663,43 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             }
             None => None,
         };
-        tracing::info!(addr = %local, data_dir = %args.data_dir.display(), "ojsd ready");
+        let peers = match peer_listener {
+            Some(l) => {
+                let addr = l.local_addr().map_err(|e| e.to_string())?;
+                announce(&format!("ojsd peer listening on {addr}"));
+                let cfg = PeerServerConfig {
+                    node: node_id.clone(),
+                    tokens: tokens.clone(),
+                    auth_failures: auth_failures.clone(),
+                    tls: tls
+                        .as_ref()
+                        .map(|t| tokio_rustls::TlsAcceptor::from(t.tcp.clone())),
+                    limits: peer_limits,
+                    handshake_timeout: Duration::from_millis(args.hello_timeout_ms),
+                };
+                Some(tokio::spawn(serve_peers(l, handle.clone(), cfg)))
+            }
+            None => None,
+        };
+        tracing::info!(addr = %local, data_dir = %args.data_dir.display(), role = handle.role().name(), "ojsd ready");
         let accept = tokio::spawn(server::accept_loop(listener, handle.clone(), server_cfg));
-        let engine_done = tokio::task::spawn_blocking(move || engine_thread.join());
-        tokio::pin!(engine_done);
         tokio::select! {
             _ = shutdown_signal() => {
                 tracing::info!("shutting down: no new connections, finishing the engine batch");
                 accept.abort();
-                if let Some(http) = &http {
-                    http.abort();
+                for t in [&http, &faktory, &peers].into_iter().flatten() {
+                    t.abort();
                 }
-                if let Some(f) = &faktory {
-                    f.abort();
+                if handle.local().is_none() {
+                    // A standby: nothing of its own to finish.
+                    return Ok(());
                 }
                 handle.shutdown();
-                match engine_done.await {
-                    Ok(Ok(Ok(()))) => Ok(()),
-                    Ok(Ok(Err(e))) => Err(format!("engine failed: {e}")),
-                    _ => Err("engine thread panicked".to_string()),
-                }
+                engine_done.await
             }
             r = &mut engine_done => match r {
-                Ok(Ok(Err(e))) => Err(format!("engine failed: {e}")),
-                _ => Err("engine stopped unexpectedly".to_string()),
+                Err(e) => Err(e),
+                Ok(()) => Err("engine stopped unexpectedly".to_string()),
             },
         }
     });
@@ -595,6 +707,9 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
     runtime.shutdown_background();
     result
 }
+
+/// The engine's thread.
+type EngineThread = std::thread::JoinHandle<Result<(), StoreError>>;
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};

@@ -7,7 +7,7 @@
 //! connections that are not workers, and `--max-pending-reply-bytes` of replies it has not
 //! read ([`budget`]). Password checks run off the async threads, at most a few at a time,
 //! and an address that keeps failing them is refused before any hashing
-//! ([`limits::AuthLimiter`]). The token a HELLO answered gives the connection its role, and
+//! ([`crate::auth::AuthLimiter`]). The token a HELLO answered gives the connection its role, and
 //! each command is checked against it in one place ([`crate::protocol::command::authorize`])
 //! before it reaches the engine. With `--tls-cert`/`--tls-key` every connection is TLS.
 
@@ -15,13 +15,16 @@ mod budget;
 pub mod limits;
 mod session;
 
+use crate::auth::AuthLimiter;
 use crate::auth::{Role, Tokens};
+use crate::cluster::Router;
 use crate::engine::intake::Intake;
-use crate::engine::{Answered, EngineHandle};
+use crate::engine::Answered;
 use crate::error::{ErrorCode, OjsError};
+use crate::listen::accept_backoff;
 use crate::protocol::{faktory, parse_command, Command, Frame, LineCodec, Reply};
 use futures_util::{SinkExt, StreamExt};
-use limits::{AuthLimiter, Gate, Ticket};
+use limits::{Gate, Ticket};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -155,7 +158,7 @@ type Queued = (Pending, usize);
 /// What every connection of one listener shares.
 struct Shared {
     cfg: Arc<ServerConfig>,
-    engine: EngineHandle,
+    engine: Router,
     gate: Arc<Gate>,
     auth: Arc<AuthLimiter>,
     /// Password checks running at once (each is thousands of SHA-256 rounds).
@@ -166,29 +169,7 @@ struct Shared {
     epoch: std::time::Instant,
 }
 
-/// A listener with a deep backlog, so a burst of a thousand connecting workers is not refused.
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
-}
-
-/// Sleep after a failed accept: doubling from 5 ms up to 1 s while accepts keep failing
-/// (out of file descriptors, say), so the loop neither spins nor stalls for long.
-pub(crate) async fn accept_backoff(backoff: &mut Duration, e: &std::io::Error) {
-    *backoff = (*backoff * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
-    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "accept failed");
-    tokio::time::sleep(*backoff).await;
-}
-
-pub async fn accept_loop(listener: TcpListener, engine: EngineHandle, cfg: Arc<ServerConfig>) {
+pub async fn accept_loop(listener: TcpListener, engine: Router, cfg: Arc<ServerConfig>) {
     let hashers = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
     let shared = Arc::new(Shared {
         gate: Gate::new(cfg.max_connections, cfg.max_handshaking),
@@ -211,11 +192,11 @@ pub async fn accept_loop(listener: TcpListener, engine: EngineHandle, cfg: Arc<S
                 };
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    shared.engine.connections.fetch_add(1, Ordering::Relaxed);
+                    shared.engine.connections().fetch_add(1, Ordering::Relaxed);
                     if let Err(e) = start(stream, peer, ticket, &shared).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
-                    shared.engine.connections.fetch_sub(1, Ordering::Relaxed);
+                    shared.engine.connections().fetch_sub(1, Ordering::Relaxed);
                 });
             }
             Err(e) => accept_backoff(&mut backoff, &e).await,

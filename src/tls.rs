@@ -16,6 +16,10 @@ pub use tokio_rustls::TlsAcceptor;
 pub struct Tls {
     pub tcp: Arc<rustls::ServerConfig>,
     pub http: Arc<rustls::ServerConfig>,
+    /// How this node connects to another's peer listener (`cluster::link`): the nodes of
+    /// a cluster share the certificate, so the peer's must chain to one of the
+    /// certificates of this node's own chain.
+    pub peer: Arc<rustls::ClientConfig>,
 }
 
 /// Read a PEM certificate chain and its private key. Every error names the file and what
@@ -38,6 +42,17 @@ pub fn load(cert: &Path, key: &Path) -> Result<Tls, String> {
         e => format!("--tls-key {}: {e}", key.display()),
     })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in &certs {
+        roots
+            .add(c.clone())
+            .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
+    }
+    let peer = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let tcp = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?
@@ -55,5 +70,6 @@ pub fn load(cert: &Path, key: &Path) -> Result<Tls, String> {
     Ok(Tls {
         tcp: Arc::new(tcp),
         http: Arc::new(http),
+        peer: Arc::new(peer),
     })
 }

@@ -1,8 +1,9 @@
 //! Two `ojsd --store postgres` nodes behind a real haproxy running `deploy/haproxy.cfg`:
-//! one active, one standby that has bound no client port. Producers and workers talk to
-//! haproxy only and reconnect on any error. Under load the active node is killed (kill -9):
-//! the standby takes the partition over once the lease has run out, rebuilds and serves,
-//! haproxy's health check finds it, and the clients carry on. Checked: every push answered
+//! one active, one standby that forwards its clients to it (so haproxy sends connections to
+//! both). Producers and workers talk to haproxy only and reconnect on any error. Under load
+//! the active node is killed (kill -9): the standby's forwards fail (retryable errors) until
+//! it takes the partition over once the lease has run out, rebuilds and serves from its own
+//! engine, and the clients carry on. Checked: every push answered
 //! +OK is completed in the end, and no job's ACK is answered +OK twice. Printed: the time
 //! from the kill to the first command that succeeds through haproxy. A second test freezes
 //! the active node (SIGSTOP) past its lease instead: the standby takes over and the old

@@ -448,11 +448,26 @@ fn a_standby_lives_through_a_postgres_restart_and_takes_over_after() {
         let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
         let _ = tx.send(line);
     });
+    // A standby serves its clients at once (forwarding them to the holder, here none it
+    // can reach: it has no --peer-listen to learn of), and from its own engine once it
+    // has taken over: wait for a command to succeed.
     let line = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("the standby took over and listens");
+        .expect("the standby listens");
     let addr = line.trim().strip_prefix("ojsd listening on ").unwrap();
-    let mut cb = Client::connect(addr).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut cb = loop {
+        if let Ok(mut cb) = Client::connect(addr) {
+            if cb.info().is_ok() {
+                break cb;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the standby took over and serves"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let states = common::states_of(&mut cb, &ids);
     for (id, state) in ids.iter().zip(&states) {
         let want = if acked.contains(id) {

@@ -13,8 +13,9 @@ use crate::engine::request::WorkerDirective;
 use crate::error::{OjsError, OjsResult};
 use crate::job::{Job, State};
 use bytes::Bytes;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use crate::store::{ClusterNode, ClusterState};
@@ -22,8 +23,10 @@ pub use crate::store::{ClusterNode, ClusterState};
 /// What a command answers, or why it was refused.
 pub type Answered = Result<Answer, OjsError>;
 
-/// A typed result of one engine command.
-#[derive(Debug, Clone, PartialEq)]
+/// A typed result of one engine command. It serializes (serde) so that a node can hand
+/// the answer of a forwarded request back to the node its client is connected to
+/// (`cluster::peer`); front ends render it themselves and never send this form to clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Answer {
     /// Done; nothing to report.
     Ok,
@@ -63,28 +66,28 @@ pub enum Answer {
 }
 
 /// How many jobs went in, and the refused ones by their position in the request.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PushedEach {
     pub accepted: usize,
     pub rejected: Vec<(usize, OjsError)>,
 }
 
 /// MUTATE, QUEUE REMOVE.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mutated {
     pub matched: usize,
     pub changed: usize,
 }
 
 /// FLUSH: what was deleted.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Flushed {
     pub jobs: usize,
     pub workflows: usize,
 }
 
 /// One queue's wait: seconds since its longest-waiting job was enqueued (0 when empty).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueLatency {
     pub queue: String,
     pub seconds: f64,
@@ -128,6 +131,38 @@ impl Serialize for JobView {
     }
 }
 
+impl<'de> Deserialize<'de> for JobView {
+    /// The envelope as the peer sent it: raw JSON, kept as its bytes (never parsed into
+    /// values and rendered again).
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<JobView, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        Ok(JobView {
+            json: Bytes::copy_from_slice(raw.get().as_bytes()),
+        })
+    }
+}
+
+/// A map of state names to counts, as [`StateCounts`] and each entry of [`QueueCountsMap`]
+/// render them (`paused` too, for the latter).
+fn state_counts_from<'de, A: MapAccess<'de>>(
+    mut map: A,
+) -> Result<(StateCounts, Option<bool>), A::Error> {
+    let mut counts = StateCounts::default();
+    let mut paused = None;
+    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        if key == "paused" {
+            paused = Some(map.next_value::<bool>()?);
+            continue;
+        }
+        let i = State::ALL
+            .iter()
+            .position(|s| s.as_str() == key)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown state {key:?}")))?;
+        counts.0[i] = map.next_value()?;
+    }
+    Ok((counts, paused))
+}
+
 /// Jobs per lifecycle state, rendered as `{"scheduled": n, "available": n, ...}` in the
 /// order of [`State::ALL`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -152,8 +187,24 @@ impl Serialize for StateCounts {
     }
 }
 
+impl<'de> Deserialize<'de> for StateCounts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StateCounts, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StateCounts;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of states to counts")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<StateCounts, A::Error> {
+                Ok(state_counts_from(map)?.0)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 /// INFO: the server, totals, each queue's counts, the workers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Info {
     pub server: ServerInfo,
     pub totals: Totals,
@@ -161,19 +212,22 @@ pub struct Info {
     pub workers: Vec<InfoWorker>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerInfo {
-    pub name: &'static str,
-    pub version: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub name: crate::wire::Name,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub version: crate::wire::Name,
     pub now: String,
     pub uptime_s: u64,
     pub connections: usize,
     /// `fjall` or `sled`.
-    pub store: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub store: crate::wire::Name,
     pub store_bytes: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     pub enqueued: u64,
     pub completed: u64,
@@ -216,10 +270,52 @@ impl Serialize for QueueCountsMap {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+impl<'de> Deserialize<'de> for QueueCountsMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<QueueCountsMap, D::Error> {
+        struct One(bool, StateCounts);
+        impl<'de> Deserialize<'de> for One {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<One, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = One;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a queue's counts")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<One, A::Error> {
+                        let (counts, paused) = state_counts_from(map)?;
+                        Ok(One(paused.unwrap_or(false), counts))
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = QueueCountsMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of queues to their counts")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<QueueCountsMap, A::Error> {
+                let mut out = Vec::new();
+                while let Some((name, One(paused, counts))) = map.next_entry::<String, One>()? {
+                    out.push(QueueCounts {
+                        name,
+                        paused,
+                        counts,
+                    });
+                }
+                Ok(QueueCountsMap(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InfoWorker {
     pub wid: String,
-    pub state: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub state: crate::wire::Name,
     pub last_seen: Option<String>,
     pub active_jobs: usize,
     /// What the worker's HELLO said about itself.
@@ -227,24 +323,25 @@ pub struct InfoWorker {
 }
 
 /// QUEUE LIST.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueList {
     pub total: usize,
     pub queues: Vec<QueueSummary>,
 }
 
 /// One queue's name, pause state, jobs per state and recent throughput.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueSummary {
     pub name: String,
     /// `active` or `paused`.
-    pub state: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub state: crate::wire::Name,
     pub paused: bool,
     pub counts: StateCounts,
     pub throughput: Throughput,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Throughput {
     pub processed_per_minute: u64,
     pub failed_per_minute: u64,
@@ -253,7 +350,7 @@ pub struct Throughput {
 }
 
 /// QUEUE STATS: the summary plus depth, the oldest waiting job and its latency.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueStats {
     #[serde(flatten)]
     pub summary: QueueSummary,
@@ -262,31 +359,33 @@ pub struct QueueStats {
     pub latency_ms: i64,
     pub workers: usize,
     /// QUEUE LIMIT's limit, when the queue has one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<Value>,
 }
 
 /// QUEUE PURGE.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Purged {
     pub queue: String,
     pub purged_count: usize,
-    pub states: Vec<&'static str>,
+    #[serde(deserialize_with = "crate::wire::interned_list")]
+    pub states: Vec<crate::wire::Name>,
 }
 
 /// WORKERS.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerList {
     pub total: usize,
     pub workers: Vec<WorkerView>,
     pub summary: WorkerSummary,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerView {
     pub id: String,
     /// `running`, `quiet` or `terminate`.
-    pub state: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub state: crate::wire::Name,
     pub connected: bool,
     pub connections: usize,
     pub stale: bool,
@@ -301,7 +400,7 @@ pub struct WorkerView {
     pub info: Value,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerSummary {
     pub total: usize,
     pub running: usize,
@@ -311,14 +410,14 @@ pub struct WorkerSummary {
 }
 
 /// JOBS: one page of jobs, newest first; `total` counts every match.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobPage {
     pub total: usize,
     pub jobs: Vec<JobView>,
 }
 
 /// OVERVIEW: the last five minutes in buckets, and recent pickup latency.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overview {
     pub now_ms: i64,
     pub bucket_ms: i64,
@@ -327,7 +426,7 @@ pub struct Overview {
     pub pickup: Pickup,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct OverviewPoint {
     /// Start of the bucket, unix ms.
     pub at_ms: i64,
@@ -341,13 +440,13 @@ pub struct OverviewPoint {
 }
 
 /// Throughput over time (ojs-admin-api §10.2), oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct History {
     pub period_ms: i64,
     pub points: Vec<HistoryPoint>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct HistoryPoint {
     /// Start of the period, unix ms.
     pub at_ms: i64,
@@ -360,7 +459,7 @@ pub struct HistoryPoint {
 }
 
 /// From `enqueued_at` to FETCH, over the pickups of the last minute (up to 4,096).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Pickup {
     pub samples: usize,
     pub p50_ms: Option<u32>,
@@ -368,14 +467,14 @@ pub struct Pickup {
 }
 
 /// DEAD LIST: one page, newest first; `total` counts every match.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadPage {
     pub total: usize,
     pub jobs: Vec<JobView>,
 }
 
 /// DEAD STATS (ojs-dead-letter §10.1).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadStats {
     pub total: usize,
     pub by_queue: serde_json::Map<String, Value>,
@@ -385,7 +484,7 @@ pub struct DeadStats {
     pub retention: DeadRetention,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadRetention {
     pub max_age: String,
     pub max_count: usize,
@@ -393,7 +492,7 @@ pub struct DeadRetention {
 }
 
 /// DEAD RETRY with a filter.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadRetried {
     pub matched: usize,
     pub retried: usize,
@@ -401,28 +500,28 @@ pub struct DeadRetried {
     pub errors: Vec<BulkError>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BulkError {
     pub job_id: String,
     pub error: String,
 }
 
 /// DEAD DELETE with a filter.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadDeleted {
     pub matched: usize,
     pub deleted: usize,
 }
 
 /// CRON LIST: one page of registrations.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CronPage {
     pub cron_jobs: Vec<Value>,
     pub count: usize,
     pub pagination: Pagination,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pagination {
     pub total: usize,
     pub limit: usize,
@@ -432,11 +531,11 @@ pub struct Pagination {
 
 /// One cron registration (ojs-cron §8): its definition, next and last run, run count and
 /// running jobs, as one JSON object.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CronJob {
     pub cron_job: Value,
     /// CRON ADD: whether the registration is new (false: it replaced one).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<bool>,
 }
 
@@ -448,22 +547,24 @@ pub struct WorkflowView {
 }
 
 /// WORKFLOW LIST: one page of workflows, newest first.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowPage {
     pub total: usize,
     pub workflows: Vec<WorkflowSummary>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowSummary {
     pub id: String,
     #[serde(rename = "type")]
-    pub kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub kind: crate::wire::Name,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    pub state: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub state: crate::wire::Name,
     pub created_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<String>,
     pub job_count: u32,
     pub completed_count: u32,
@@ -473,6 +574,19 @@ pub struct WorkflowSummary {
 impl Serialize for WorkflowView {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.doc.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for WorkflowView {
+    /// The document as serialized; its id is the document's `id`.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<WorkflowView, D::Error> {
+        let doc = Value::deserialize(d)?;
+        let id = doc
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| serde::de::Error::custom("a workflow without an id"))?
+            .to_string();
+        Ok(WorkflowView { id, doc })
     }
 }
 
@@ -486,18 +600,5 @@ pub fn directive_name(d: Option<WorkerDirective>) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn state_counts_render_every_state_in_order() {
-        let mut c = StateCounts::default();
-        c.0[1] = 3;
-        let v = serde_json::to_string(&c).unwrap();
-        assert_eq!(
-            v,
-            r#"{"scheduled":0,"available":3,"pending":0,"active":0,"completed":0,"retryable":0,"cancelled":0,"discarded":0}"#
-        );
-        assert_eq!(c.get(State::Available), 3);
-    }
-}
+#[path = "api_tests.rs"]
+mod tests;

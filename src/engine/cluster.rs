@@ -41,6 +41,7 @@ impl Engine {
             store: self.store.name(),
             partitions: 1,
             nodes: vec![ClusterNode {
+                peer_addr: None,
                 id: self.cfg.node_id.clone(),
                 addr: self.cfg.node_addr.clone(),
                 partitions: vec![0],

@@ -48,6 +48,9 @@ pub struct Read {
     pub start: Start,
     pub limit: usize,
     pub into: Option<(Arc<Buffer>, Reservation)>,
+    /// Most bytes of events in a poll's page (at least one event); a subscriber's page is
+    /// bounded by its reservation instead.
+    pub budget: Option<usize>,
     pub reply: oneshot::Sender<OjsResult<Page>>,
 }
 
@@ -285,9 +288,10 @@ impl Engine {
             start,
             limit,
             into,
+            budget,
             reply,
         } = read;
-        let budget = into.as_ref().map(|(_, r)| r.bytes());
+        let budget = into.as_ref().map(|(_, r)| r.bytes()).or(budget);
         let page = match self.read_events(&filter, start, limit, budget) {
             Ok(p) => p,
             Err(e) => {

@@ -43,6 +43,20 @@ impl EngineHandle {
         self.send(conn, wid, cmd, bytes, false).await
     }
 
+    /// [`submit_on`](Self::submit_on), or with `viewed` a state change answered with the
+    /// job as it left it ([`call_viewed`](Self::call_viewed)): the form a request takes
+    /// when it arrives from another node.
+    pub async fn submit_with(
+        &self,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+        bytes: usize,
+        viewed: bool,
+    ) -> oneshot::Receiver<Answered> {
+        self.send(conn, wid, cmd, bytes, viewed).await
+    }
+
     async fn send(
         &self,
         conn: Option<ConnId>,
@@ -143,7 +157,19 @@ impl EngineHandle {
         start: crate::events::Start,
         limit: usize,
     ) -> Result<Page, OjsError> {
-        self.read(filter, start, limit, None).await
+        self.read(filter, start, limit, None, None).await
+    }
+
+    /// [`events`](Self::events), at most `bytes` of events (but at least one): a page a
+    /// node reads for a subscriber of another node, whose buffer has that much room.
+    pub async fn events_within(
+        &self,
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+        limit: usize,
+        bytes: usize,
+    ) -> Result<Page, OjsError> {
+        self.read(filter, start, limit, None, Some(bytes)).await
     }
 
     /// A subscriber's page: the engine appends the matching events to `buf` within the
@@ -157,7 +183,7 @@ impl EngineHandle {
         buf: Arc<crate::events::held::Buffer>,
         reservation: crate::events::held::Reservation,
     ) -> Result<Page, OjsError> {
-        self.read(filter, start, limit, Some((buf, reservation)))
+        self.read(filter, start, limit, Some((buf, reservation)), None)
             .await
     }
 
@@ -170,6 +196,7 @@ impl EngineHandle {
             Arc<crate::events::held::Buffer>,
             crate::events::held::Reservation,
         )>,
+        budget: Option<usize>,
     ) -> Result<Page, OjsError> {
         let (reply, rx) = oneshot::channel();
         let msg = Msg::Events(events::Read {
@@ -177,6 +204,7 @@ impl EngineHandle {
             start,
             limit,
             into,
+            budget,
             reply,
         });
         if self.tx.send(msg).is_err() {
@@ -191,6 +219,15 @@ impl EngineHandle {
                 "the engine is not running",
             ))
         })
+    }
+
+    /// A subscription to the event stream, read from this engine (`Subscription`).
+    pub fn subscription(
+        &self,
+        filter: crate::events::EventFilter,
+        start: crate::events::Start,
+    ) -> super::Subscription {
+        super::Subscription::new(Arc::new(self.clone()), filter, start)
     }
 
     /// The buffers of every event subscriber, and their memory bounds.

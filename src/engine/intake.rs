@@ -30,6 +30,11 @@ impl Intake {
         &self.limits
     }
 
+    /// The engine clock's time (`--test-clock` moves it).
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
     /// One job envelope of `len` bytes on the wire, as PUSH takes it.
     pub fn job(&self, v: Value, len: usize) -> OjsResult<NewJob> {
         parse_new_job(v, len, self.clock.now(), &self.limits)

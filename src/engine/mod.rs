@@ -34,7 +34,7 @@ pub use api::{Answer, Answered, JobView};
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
 pub use handle::{unavailable, EngineHandle};
-pub use subscription::Subscription;
+pub use subscription::{PageSource, Subscription};
 
 /// The stored job record formats, for the `record` fuzz target (`fuzz/`) only: not an API.
 #[doc(hidden)]
@@ -290,6 +290,15 @@ pub struct Engine {
 /// commands again (at least one read is answered each time).
 const READ_BUDGET: Duration = Duration::from_millis(2);
 
+/// What an engine shares with the front ends and may be given before it starts (a node
+/// that serves clients by forwarding before it runs an engine of its own keeps them).
+pub struct Shared {
+    /// The event subscribers' buffers.
+    pub subscribers: Arc<crate::events::held::Pool>,
+    /// Client connections open (INFO's `connections`).
+    pub connections: Arc<AtomicUsize>,
+}
+
 /// Open the engine over a store: rebuild the index, then run it on its own thread.
 pub fn start(
     store: Box<dyn Store>,
@@ -301,10 +310,31 @@ pub fn start(
     ),
     StoreError,
 > {
+    let shared = Shared {
+        subscribers: crate::events::held::Pool::new(cfg.events.held),
+        connections: Arc::new(AtomicUsize::new(0)),
+    };
+    start_with(store, cfg, shared)
+}
+
+/// [`start`], with the subscribers' pool and the connection count given.
+pub fn start_with(
+    store: Box<dyn Store>,
+    cfg: Config,
+    shared: Shared,
+) -> Result<
+    (
+        EngineHandle,
+        std::thread::JoinHandle<Result<(), StoreError>>,
+    ),
+    StoreError,
+> {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let connections = Arc::new(AtomicUsize::new(0));
+    let Shared {
+        subscribers,
+        connections,
+    } = shared;
     let store_kind = store.name();
-    let subscribers = crate::events::held::Pool::new(cfg.events.held);
     let max_metric_series = cfg.max_metric_series;
     let mut engine = Engine {
         store,

@@ -4,17 +4,54 @@
 //! while it stalled (`held.rs`). Events are delivered in cursor order with no gap and no
 //! repeat, and what waits for the reader counts against the subscribers' memory bounds.
 
-use super::EngineHandle;
+use super::{EngineHandle, Page};
 use crate::error::OjsError;
-use crate::events::held::{Buffer, Taken};
+use crate::events::held::{Buffer, Pool, Reservation, Taken};
 use crate::events::{Event, EventFilter, Start};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+/// Where a subscription reads its pages: this node's engine, or (`cluster::Router`) the
+/// engine of the node that holds the partition.
+pub trait PageSource: Send + Sync + 'static {
+    /// The subscribers' buffers and their bounds.
+    fn pool(&self) -> &Arc<Pool>;
+    /// Append one page from `start` (at most `limit` events, within `reservation`) to
+    /// `buf`; join `buf` to the live feed if the source has one and the page reached the
+    /// head. The answer's `events` is empty; `count` says how many were appended.
+    fn read_page(
+        &self,
+        filter: EventFilter,
+        start: Start,
+        limit: usize,
+        buf: Arc<Buffer>,
+        reservation: Reservation,
+    ) -> Pin<Box<dyn Future<Output = Result<Page, OjsError>> + Send + '_>>;
+}
+
+impl PageSource for EngineHandle {
+    fn pool(&self) -> &Arc<Pool> {
+        self.subscribers()
+    }
+
+    fn read_page(
+        &self,
+        filter: EventFilter,
+        start: Start,
+        limit: usize,
+        buf: Arc<Buffer>,
+        reservation: Reservation,
+    ) -> Pin<Box<dyn Future<Output = Result<Page, OjsError>> + Send + '_>> {
+        Box::pin(self.read_into(filter, start, limit, buf, reservation))
+    }
+}
 
 /// Most events asked for in one page from the log (pages are also bounded in bytes).
 const PAGE: usize = 1000;
 
 pub struct Subscription {
-    engine: EngineHandle,
+    engine: Arc<dyn PageSource>,
     filter: EventFilter,
     /// Where the next read of the log starts: the request's start until something has
     /// been read, then after `done`.
@@ -31,8 +68,8 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub fn new(engine: EngineHandle, filter: EventFilter, start: Start) -> Subscription {
-        let buf = engine.subscribers().buffer();
+    pub fn new(engine: Arc<dyn PageSource>, filter: EventFilter, start: Start) -> Subscription {
+        let buf = engine.pool().buffer();
         Subscription {
             engine,
             filter,
@@ -101,7 +138,7 @@ impl Subscription {
         let reservation = self.buf.reserve_page().await;
         let page = self
             .engine
-            .read_into(
+            .read_page(
                 self.filter.clone(),
                 self.start,
                 PAGE,

@@ -13,7 +13,7 @@ pub use kind::EventKind;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub const SPEC_VERSION: &str = "1.0";
 
@@ -107,6 +107,61 @@ impl Event {
             job_type: Some("t".into()),
             body: Body::Json(Bytes::from_static(b"{}")),
         }
+    }
+}
+
+/// An event as it travels to another node (`cluster::peer`): the fields a filter looks at
+/// and the rendered envelope, embedded as JSON. It arrives as an event whose body is that
+/// envelope, as a log record of version 1 is read.
+#[derive(Serialize)]
+struct WireOut<'a> {
+    cursor: u64,
+    kind: &'a str,
+    source: &'a str,
+    queue: Option<&'a str>,
+    job_type: Option<&'a str>,
+    envelope: &'a serde_json::value::RawValue,
+}
+
+#[derive(Deserialize)]
+struct WireIn {
+    cursor: u64,
+    kind: String,
+    source: String,
+    queue: Option<String>,
+    job_type: Option<String>,
+    envelope: Box<serde_json::value::RawValue>,
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let json = self.json();
+        let text = std::str::from_utf8(&json).map_err(serde::ser::Error::custom)?;
+        let envelope: &serde_json::value::RawValue =
+            serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
+        WireOut {
+            cursor: self.cursor,
+            kind: &self.kind,
+            source: &self.source,
+            queue: self.queue.as_deref(),
+            job_type: self.job_type.as_deref(),
+            envelope,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Event, D::Error> {
+        let w = WireIn::deserialize(d)?;
+        Ok(Event {
+            cursor: w.cursor,
+            kind: w.kind,
+            source: w.source,
+            queue: w.queue,
+            job_type: w.job_type,
+            body: Body::Json(Bytes::copy_from_slice(w.envelope.get().as_bytes())),
+        })
     }
 }
 

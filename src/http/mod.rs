@@ -1,6 +1,6 @@
 //! The HTTP front end: the event transports of RFC-0005 and ojs-events §6 (SSE, WebSocket,
 //! polling), Prometheus metrics (ojs-events §7) and the health check of ojs-http-binding
-//! §8.1. Like the TCP front end it only talks to the engine through `EngineHandle`.
+//! §8.1. Like the TCP front end it only talks to the engine through the `cluster::Router` (the local engine, or the partition's holder).
 //!
 //! | route | what |
 //! |---|---|
@@ -39,9 +39,9 @@ pub mod system;
 pub mod workflows;
 pub mod ws;
 
+use crate::auth::AuthLimiter;
 use crate::auth::{Need, Role};
-use crate::engine::EngineHandle;
-use crate::server::limits::AuthLimiter;
+use crate::cluster::Router as EngineRouter;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
@@ -114,13 +114,13 @@ impl Default for HttpConfig {
 
 #[derive(Clone)]
 pub struct AppState {
-    pub engine: EngineHandle,
+    pub engine: EngineRouter,
     pub cfg: Arc<HttpConfig>,
     pub started: Instant,
 }
 
 /// Every route, with the fallbacks and the header middleware.
-pub fn router(engine: EngineHandle, cfg: HttpConfig) -> Router {
+pub fn router(engine: EngineRouter, cfg: HttpConfig) -> Router {
     let guard = (!cfg.tokens.is_open()).then(|| {
         Arc::new(Credentials {
             tokens: cfg.tokens.clone(),
@@ -312,7 +312,7 @@ async fn whoami(
 /// Its own accept loop rather than `axum::serve`, for what that does not offer: the
 /// connection cap, TLS, and a deadline on request headers (slow or idle clients); the
 /// body's deadline is [`body`]'s.
-pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig) {
+pub async fn serve(listener: TcpListener, engine: EngineRouter, cfg: HttpConfig) {
     let permits = Arc::new(Semaphore::new(
         cfg.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
@@ -328,7 +328,7 @@ pub async fn serve(listener: TcpListener, engine: EngineHandle, cfg: HttpConfig)
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
-                crate::server::accept_backoff(&mut backoff, &e).await;
+                crate::listen::accept_backoff(&mut backoff, &e).await;
                 continue;
             }
         };

@@ -127,7 +127,7 @@ pub async fn stream(
         ),
     };
     let start = q.stream_start(last_id)?;
-    let mut sub = Subscription::new(st.engine.clone(), q.filter, start);
+    let mut sub = st.engine.subscription(q.filter, start);
     sub.open().await?;
     let every = st.cfg.keepalive;
     let mut tick = tokio::time::interval_at(Instant::now() + every, every);

@@ -18,7 +18,8 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The Prometheus text exposition format (UTF-8 by definition).
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 
-/// Healthy when the engine answers an INFO: that needs its thread alive and its loop turning.
+/// Healthy when the engine answers an INFO: that needs its thread alive and its loop turning
+/// (on a forwarding node, the holder's engine, reached through the peer connection).
 pub async fn health(State(st): State<AppState>) -> Response {
     let t0 = Instant::now();
     let answer = tokio::time::timeout(HEALTH_TIMEOUT, st.engine.call(None, Command::Info)).await;
@@ -45,8 +46,18 @@ pub async fn health(State(st): State<AppState>) -> Response {
                    "error": format!("the engine did not answer within {}s", HEALTH_TIMEOUT.as_secs())}),
         ),
     };
+    // In cluster mode, what this node does: `active` (runs the engine), `forwarding` (to
+    // the holder named, whose INFO answered above), `waiting` (no holder known).
+    let role = st.engine.role();
+    let node = match &role {
+        crate::cluster::Role::Forwarding { owner, connected } => {
+            json!({"role": role.name(), "holder": owner, "connected": connected})
+        }
+        _ => json!({"role": role.name()}),
+    };
     let body = json!({
         "status": if status == StatusCode::OK { "ok" } else { "degraded" },
+        "node": node,
         "version": super::OJS_VERSION,
         "server_version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": uptime,

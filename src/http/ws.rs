@@ -18,8 +18,7 @@
 
 use super::error::{status_of, ApiError};
 use super::AppState;
-use crate::engine::EngineHandle;
-use crate::engine::Subscription;
+use crate::cluster::Router;
 use crate::error::OjsError;
 use crate::events::{EventFilter, Start};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -71,12 +70,12 @@ fn engine_error(e: &OjsError, sub: Option<&str>) -> Message {
 }
 
 struct Session {
-    engine: EngineHandle,
+    engine: Router,
     out: mpsc::Sender<Message>,
     subs: HashMap<String, JoinHandle<()>>,
 }
 
-async fn session(socket: WebSocket, engine: EngineHandle) {
+async fn session(socket: WebSocket, engine: Router) {
     let (mut sink, mut incoming) = socket.split();
     let (out, mut rx) = mpsc::channel::<Message>(OUT_BUFFER);
     // One writer, so replies and events from every subscription share the socket in order.
@@ -146,7 +145,7 @@ impl Session {
                 "a socket may hold at most {MAX_SUBSCRIPTIONS} subscriptions"
             )));
         }
-        let mut sub = Subscription::new(self.engine.clone(), filter, start);
+        let mut sub = self.engine.subscription(filter, start);
         // A pruned `after` is refused here instead of being acknowledged and then dropped.
         if let Err(e) = sub.open().await {
             return Some(engine_error(&e, None));

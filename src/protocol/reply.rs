@@ -1,4 +1,5 @@
 use crate::engine::api::directive_name;
+use crate::engine::request::Command;
 use crate::engine::{Answer, JobView};
 use crate::error::OjsError;
 use bytes::Bytes;
@@ -102,6 +103,56 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
                 .collect();
             ser(&map)
         }
+    }
+}
+
+/// `+OK`, `$-1`, an error line or a small directive, with room for an id echoed back.
+const SMALL_REPLY: usize = 1024;
+/// What the server adds to a pushed envelope in its reply (id, state, timestamps, ...).
+const PER_JOB_OVERHEAD: usize = 1024;
+/// Room for the server's fields and an error history on top of a job's envelope.
+const JOB_SLACK: usize = 64 * 1024;
+
+/// The largest reply `cmd` (a line of `line_len` bytes) can get, as far as the connection
+/// (or, for a forwarded request, the holder's peer server) can tell without asking the
+/// engine. `max_job` is `--max-job-bytes`.
+pub fn worst_case(cmd: &Command, line_len: usize, max_job: usize) -> usize {
+    let job = max_job.saturating_add(JOB_SLACK);
+    match cmd {
+        // +OK, an error, or a small JSON object (BEAT's directive).
+        Command::Ack { .. }
+        | Command::Fail { .. }
+        | Command::Cancel { .. }
+        | Command::Activate { .. }
+        | Command::Progress { .. }
+        | Command::Worker { .. }
+        | Command::Beat { .. }
+        | Command::ClockAdvance { .. }
+        | Command::Hello(_)
+        | Command::End => SMALL_REPLY.saturating_add(line_len),
+        // The accepted envelope(s), as sent plus the server's fields.
+        Command::Push { .. } => line_len.saturating_add(PER_JOB_OVERHEAD),
+        Command::PushBatch(jobs) | Command::PushEach(jobs) => {
+            line_len.saturating_add(jobs.len().saturating_mul(PER_JOB_OVERHEAD))
+        }
+        Command::Fetch { count, .. } => count.unwrap_or(1).max(1).saturating_mul(job),
+        Command::AckFetch { .. } => job.saturating_add(line_len),
+        // A job with its result (JOB), or a list (INFO, DEAD LIST, WORKERS, ...). Named one
+        // by one, so that a new command must be placed here to build.
+        Command::Job { .. }
+        | Command::Info
+        | Command::Cluster
+        | Command::Queue(_)
+        | Command::Dead(_)
+        | Command::Workers
+        | Command::Jobs(_)
+        | Command::Overview
+        | Command::StatsHistory { .. }
+        | Command::Cron(_)
+        | Command::Workflow(_)
+        | Command::Mutate(_)
+        | Command::Flush
+        | Command::Subscribe { .. } => job.saturating_mul(2),
     }
 }
 

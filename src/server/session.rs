@@ -16,7 +16,8 @@ use super::{
     NOTICE_TIMEOUT, PIPELINE_DEPTH,
 };
 use crate::auth::Role;
-use crate::engine::{unavailable, Answer, Answered, ConnId, EngineHandle};
+use crate::cluster::Router;
+use crate::engine::{unavailable, Answer, Answered, ConnId};
 use crate::error::{ErrorCode, OjsError};
 use crate::protocol::command::authorize;
 use crate::protocol::{Command, Frame, LineCodec, Reply};
@@ -323,7 +324,7 @@ async fn write_replies<S>(
     mut rx: mpsc::Receiver<Queued>,
     budget: Arc<ReplyBudget>,
     gone: watch::Receiver<bool>,
-    engine: EngineHandle,
+    engine: Router,
 ) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -415,14 +416,14 @@ fn take_ready(w: &mut oneshot::Receiver<Answered>) -> Option<Answered> {
 async fn stream_events<S>(
     sink: &mut Sink<S>,
     rx: &mut mpsc::Receiver<Queued>,
-    engine: EngineHandle,
+    engine: Router,
     filter: crate::events::EventFilter,
     start: crate::events::Start,
 ) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut sub = crate::engine::Subscription::new(engine, filter, start);
+    let mut sub = engine.subscription(filter, start);
     // The first read (and the live registration) happens before `+OK`, so a live-only
     // stream covers every event committed after the client sees `+OK`, and a pruned
     // cursor is refused instead of confirmed.

@@ -336,12 +336,15 @@ pub trait Store: Send + Sync {
 pub const READY_RETRY: Duration = Duration::from_millis(100);
 
 /// One node of the cluster as CLUSTER reports it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterNode {
     /// `--node-id`.
     pub id: String,
     /// The client address it registered (`--listen`), if any.
     pub addr: Option<String>,
+    /// Its peer listener (`--peer-listen`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_addr: Option<String>,
     /// The partitions it holds a live lease on.
     pub partitions: Vec<u32>,
     /// The highest epoch of those leases.
@@ -353,16 +356,18 @@ pub struct ClusterNode {
     pub heartbeat_at: Option<String>,
     /// `active` (holds partitions), `standby` (heartbeating, holds none) or `gone` (no
     /// heartbeat for a lease TTL of the node answering).
-    pub role: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub role: crate::wire::Name,
     /// This is the node that answered.
     pub local: bool,
 }
 
 /// The cluster: how many partitions, which node holds which.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterState {
     /// The store the cluster keeps its data in.
-    pub store: &'static str,
+    #[serde(deserialize_with = "crate::wire::interned")]
+    pub store: crate::wire::Name,
     pub partitions: u32,
     pub nodes: Vec<ClusterNode>,
     /// Partitions nobody holds a live lease on (between a node's death and a takeover).
@@ -522,8 +527,13 @@ pub struct PostgresOptions {
     /// How long opening waits for another node's lease to be released or expire
     /// (`Duration::MAX`: for ever, as a standby); it tries again every `renew_every`.
     pub acquire_wait: Duration,
-    /// The client address this node registers in `ojs_nodes.peer_addr` (for CLUSTER).
+    /// The client address this node registers in `ojs_nodes.client_addr` (for CLUSTER).
     pub addr: Option<String>,
+    /// The address of this node's peer listener (`--peer-listen`), registered in
+    /// `ojs_nodes.peer_addr`: where the others forward to while it holds the partition.
+    pub peer_addr: Option<String>,
+    /// While the node waits as a standby: who holds the partition, on each try.
+    pub standby: Option<StandbyHooks>,
     /// Bytes of committed records the store keeps in memory to answer reads (0: none).
     pub read_cache_bytes: u64,
 }
@@ -543,8 +553,27 @@ impl PostgresOptions {
             renew_every: Duration::from_secs(1),
             acquire_wait: Self::DEFAULT_LEASE_TTL * 2,
             addr: None,
+            peer_addr: None,
+            standby: None,
             read_cache_bytes: postgres_cache::READ_CACHE_BYTES,
         }
+    }
+}
+
+/// What a standby tells the node it runs in (`cluster::Router`), and how it is woken.
+#[derive(Clone)]
+pub struct StandbyHooks {
+    /// Called on each try with the partition's holder (its node id and peer address), or
+    /// `None` when no live lease is held.
+    pub holder: Arc<dyn Fn(Option<String>, Option<String>) + Send + Sync>,
+    /// Notified to try again at once instead of after `renew_every` (a forwarded request
+    /// found the holder gone).
+    pub wake: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for StandbyHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StandbyHooks")
     }
 }
 

@@ -36,12 +36,13 @@ impl PgClusterView {
             pool,
             rt,
             nodes_sql: format!(
-                "SELECT n.node, n.peer_addr, {hb}, \
+                "SELECT n.node, n.client_addr, {hb}, \
                  COALESCE(array_agg(p.part ORDER BY p.part) \
                    FILTER (WHERE p.part IS NOT NULL AND p.lease_until > now()), '{{}}'), \
                  max(p.epoch) FILTER (WHERE p.lease_until > now()), \
                  {lease}, \
-                 COALESCE(n.heartbeat_at > now() - $1::bigint * interval '1 millisecond', false) \
+                 COALESCE(n.heartbeat_at > now() - $1::bigint * interval '1 millisecond', false), \
+                 n.peer_addr \
                  FROM {s}.ojs_nodes n LEFT JOIN {s}.ojs_partitions p ON p.owner = n.node \
                  GROUP BY n.node ORDER BY n.node",
                 hb = ts("n.heartbeat_at"),
@@ -89,6 +90,7 @@ impl PgClusterView {
                 local: id == node,
                 id,
                 addr: r.get(1),
+                peer_addr: r.get(7),
                 heartbeat_at: r.get(2),
                 partitions: parts.into_iter().map(|p| p as u32).collect(),
                 epoch: r.get(4),

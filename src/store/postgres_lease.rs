@@ -27,6 +27,8 @@ pub(super) struct Lease {
     /// The client address registered with each heartbeat (set once the listener is bound:
     /// a port 0 is only known then).
     pub(super) addr: Mutex<Option<String>>,
+    /// The peer listener's address (`--peer-listen`), if any.
+    pub(super) peer_addr: Option<String>,
     /// Deletes `ojs_nodes` rows whose heartbeat is older than [`PRUNE_AFTER_TTLS`] leases.
     pub(super) prune_sql: String,
     pub(super) epoch: i64,
@@ -84,7 +86,7 @@ impl Lease {
             .map_err(err)?;
         let addr = self.addr.lock().unwrap().clone();
         client
-            .execute(&self.heartbeat_sql, &[&self.node, &addr])
+            .execute(&self.heartbeat_sql, &[&self.node, &addr, &self.peer_addr])
             .await
             .map_err(err)?;
         if n == 1 {
@@ -106,7 +108,10 @@ impl Lease {
         *self.addr.lock().unwrap() = Some(addr.clone());
         let client = self.pool.get().await.map_err(pool_err)?;
         client
-            .execute(&self.heartbeat_sql, &[&self.node, &Some(addr)])
+            .execute(
+                &self.heartbeat_sql,
+                &[&self.node, &Some(addr), &self.peer_addr],
+            )
             .await
             .map_err(err)?;
         Ok(())

@@ -8,17 +8,25 @@ use deadpool_postgres::Pool;
 use std::time::{Duration, Instant};
 
 /// The layout this build writes (`ojs_meta.schema_version`): each step of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: usize = 1;
+pub const SCHEMA_VERSION: usize = 2;
 /// Migration steps; step `i` takes the schema from version `i` to `i + 1`. `{s}` is the
 /// quoted schema name.
-const MIGRATIONS: [&str; SCHEMA_VERSION] = ["
+const MIGRATIONS: [&str; SCHEMA_VERSION] = [
+    "
 CREATE TABLE {s}.ojs_nodes (node text PRIMARY KEY, peer_addr text, heartbeat_at timestamptz);
 CREATE TABLE {s}.ojs_partitions (part int PRIMARY KEY, owner text, epoch bigint NOT NULL,
     lease_until timestamptz);
 CREATE TABLE {s}.ojs_kv (part int NOT NULL, space smallint NOT NULL, key bytea NOT NULL,
     value bytea NOT NULL, PRIMARY KEY (part, space, key));
 INSERT INTO {s}.ojs_meta (key, value) VALUES ('partitions', '1');
-"];
+",
+    "
+-- Version 2: peer_addr is the peer listener's (forwarding); the client address moves to
+-- client_addr.
+ALTER TABLE {s}.ojs_nodes ADD COLUMN client_addr text;
+UPDATE {s}.ojs_nodes SET client_addr = peer_addr, peer_addr = NULL;
+",
+];
 
 /// A schema name as SQL: letters, digits and `_` only (it is spliced into statements).
 pub(super) fn quote_schema(schema: &str) -> StoreResult<String> {
@@ -37,12 +45,14 @@ pub(super) fn quote_schema(schema: &str) -> StoreResult<String> {
     Ok(format!("\"{schema}\""))
 }
 
-/// Register or refresh a node: `$1` its id, `$2` its client address (NULL keeps the one
-/// registered).
+/// Register or refresh a node: `$1` its id, `$2` its client address, `$3` its peer
+/// listener's (NULL keeps the one registered).
 pub(super) fn heartbeat_sql(s: &str) -> String {
     format!(
-        "INSERT INTO {s}.ojs_nodes (node, peer_addr, heartbeat_at) VALUES ($1, $2, now()) \
+        "INSERT INTO {s}.ojs_nodes (node, client_addr, peer_addr, heartbeat_at) \
+         VALUES ($1, $2, $3, now()) \
          ON CONFLICT (node) DO UPDATE SET heartbeat_at = now(), \
+         client_addr = COALESCE(EXCLUDED.client_addr, {s}.ojs_nodes.client_addr), \
          peer_addr = COALESCE(EXCLUDED.peer_addr, {s}.ojs_nodes.peer_addr)"
     )
 }
@@ -131,11 +141,23 @@ pub(super) async fn acquire(
     s: &str,
     part: i32,
     node: &str,
-    addr: Option<&str>,
+    addrs: (Option<&str>, Option<&str>),
     ttl: Duration,
     every: Duration,
     wait: Duration,
+    hooks: Option<&super::StandbyHooks>,
 ) -> StoreResult<(i64, Instant)> {
+    // Between tries: `every`, or less when woken (at least 50 ms apart, so a burst of
+    // failed forwards makes one extra try, not many).
+    let nap = || async move {
+        match hooks {
+            Some(h) => tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = h.wake.notified() => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+            None => tokio::time::sleep(every).await,
+        }
+    };
     let sql = AcquireSql::new(s);
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     let every = every.max(Duration::from_millis(10));
@@ -144,10 +166,18 @@ pub(super) async fn acquire(
     let mut away: Option<Instant> = None;
     let mut created = false;
     loop {
-        let tried = try_take(pool, &sql, part, node, addr, ttl_ms, &mut created).await;
+        let tried = try_take(pool, &sql, part, node, addrs, ttl_ms, &mut created).await;
         let (owner, until) = match tried {
             Ok(Taken::Yes(epoch, sent)) => return Ok((epoch, sent)),
-            Ok(Taken::No { owner, until }) => {
+            Ok(Taken::No {
+                owner,
+                until,
+                peer,
+                live,
+            }) => {
+                if let Some(h) = hooks {
+                    (h.holder)(live.then(|| owner.clone()), peer);
+                }
                 if let Some(since) = away.take() {
                     tracing::warn!(
                         after_ms = since.elapsed().as_millis() as u64,
@@ -162,7 +192,7 @@ pub(super) async fn acquire(
                         every {} ms", every.as_millis());
                     away = Some(Instant::now());
                 }
-                tokio::time::sleep(every).await;
+                nap().await;
                 continue;
             }
             Err(e) => return Err(e),
@@ -185,7 +215,7 @@ pub(super) async fn acquire(
             );
             told = Some((owner, Instant::now()));
         }
-        tokio::time::sleep(every).await;
+        nap().await;
     }
 }
 
@@ -211,8 +241,11 @@ impl AcquireSql {
                  RETURNING epoch"
             ),
             holder: format!(
-                "SELECT owner, to_char(lease_until AT TIME ZONE 'UTC', \
-                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM {s}.ojs_partitions WHERE part = $1"
+                "SELECT p.owner, to_char(p.lease_until AT TIME ZONE 'UTC', \
+                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), n.peer_addr, \
+                 COALESCE(p.lease_until > now(), false) \
+                 FROM {s}.ojs_partitions p LEFT JOIN {s}.ojs_nodes n ON n.node = p.owner \
+                 WHERE p.part = $1"
             ),
         }
     }
@@ -224,6 +257,10 @@ enum Taken {
     No {
         owner: String,
         until: String,
+        /// The holder's peer listener, if it registered one.
+        peer: Option<String>,
+        /// Whether its lease is live (not run out).
+        live: bool,
     },
 }
 
@@ -233,7 +270,7 @@ async fn try_take(
     sql: &AcquireSql,
     part: i32,
     node: &str,
-    addr: Option<&str>,
+    (addr, peer_addr): (Option<&str>, Option<&str>),
     ttl_ms: i64,
     created: &mut bool,
 ) -> StoreResult<Taken> {
@@ -243,7 +280,7 @@ async fn try_take(
         *created = true;
     }
     client
-        .execute(&sql.heartbeat, &[&node, &addr])
+        .execute(&sql.heartbeat, &[&node, &addr, &peer_addr])
         .await
         .map_err(err)?;
     let sent = Instant::now();
@@ -254,7 +291,7 @@ async fn try_take(
     {
         return Ok(Taken::Yes(row.get(0), sent));
     }
-    let (owner, until) = client
+    let (owner, until, peer, live) = client
         .query_opt(&sql.holder, &[&part])
         .await
         .map_err(err)?
@@ -262,10 +299,17 @@ async fn try_take(
             (
                 r.get::<_, Option<String>>(0).unwrap_or_default(),
                 r.get::<_, Option<String>>(1).unwrap_or_default(),
+                r.get::<_, Option<String>>(2),
+                r.get::<_, bool>(3),
             )
         })
         .unwrap_or_default();
-    Ok(Taken::No { owner, until })
+    Ok(Taken::No {
+        owner,
+        until,
+        peer,
+        live,
+    })
 }
 
 /// The store's SQL, with the schema spliced in.

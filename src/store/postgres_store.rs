@@ -515,10 +515,11 @@ impl PostgresStore {
                 &s,
                 part,
                 &opts.node,
-                opts.addr.as_deref(),
+                (opts.addr.as_deref(), opts.peer_addr.as_deref()),
                 opts.lease_ttl,
                 opts.renew_every,
                 opts.acquire_wait,
+                opts.standby.as_ref(),
             )
             .await
         })?;
@@ -539,6 +540,7 @@ impl PostgresStore {
             part,
             node: opts.node.clone(),
             addr: Mutex::new(opts.addr.clone()),
+            peer_addr: opts.peer_addr.clone(),
             epoch,
             ttl: opts.lease_ttl,
             renewed_at: Mutex::new(renewed_at),

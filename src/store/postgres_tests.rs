@@ -153,7 +153,7 @@ fn the_holder_forgets_nodes_gone_for_long() {
     let a = PostgresStore::open(&opts).unwrap();
     let s = &opts.schema;
     a.sql_for_test(&format!(
-        "INSERT INTO {s}.ojs_nodes (node, peer_addr, heartbeat_at) VALUES \
+        "INSERT INTO {s}.ojs_nodes (node, client_addr, heartbeat_at) VALUES \
          ('long-gone', '10.0.0.1:7419', now() - interval '1 hour'), \
          ('just-gone', '10.0.0.2:7419', now() - interval '3 seconds'), \
          ('never-beat', NULL, NULL)"
@@ -170,12 +170,68 @@ fn the_holder_forgets_nodes_gone_for_long() {
     std::thread::sleep(opts.renew_every * 2);
     let addr: Vec<Option<String>> = a
         .sql_for_test(&format!(
-            "SELECT peer_addr FROM {s}.ojs_nodes WHERE node = 'node-a'"
+            "SELECT client_addr FROM {s}.ojs_nodes WHERE node = 'node-a'"
         ))
         .iter()
         .map(|r| r.get(0))
         .collect();
     assert_eq!(addr, vec![Some("127.0.0.1:27599".to_string())]);
+}
+
+/// Schema version 2 gives `ojs_nodes` a `client_addr` column and keeps `peer_addr` for the
+/// peer listener: a version-1 schema's client addresses move over when a node of this
+/// build opens it, and the node registers both of its addresses.
+#[test]
+fn version_1_nodes_get_their_client_address_moved_and_peer_addresses_register() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(dir.path(), "node-a").unwrap();
+    let s = opts.schema.clone();
+    let a = PostgresStore::open(&opts).unwrap();
+    // Back to version 1's layout, with a node registered as version 1 did it.
+    a.sql_for_test(&format!(
+        "ALTER TABLE {s}.ojs_nodes DROP COLUMN client_addr"
+    ));
+    a.sql_for_test(&format!(
+        "UPDATE {s}.ojs_meta SET value = '1' WHERE key = 'schema_version'"
+    ));
+    a.sql_for_test(&format!(
+        "INSERT INTO {s}.ojs_nodes (node, peer_addr, heartbeat_at) \
+         VALUES ('old', '10.0.0.9:7419', now())"
+    ));
+    drop(a);
+    opts.addr = Some("127.0.0.1:7419".into());
+    opts.peer_addr = Some("127.0.0.1:7500".into());
+    let b = PostgresStore::open(&opts).unwrap();
+    let rows: Vec<(String, Option<String>, Option<String>)> = b
+        .sql_for_test(&format!(
+            "SELECT node, client_addr, peer_addr FROM {s}.ojs_nodes ORDER BY node"
+        ))
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "node-a".to_string(),
+                Some("127.0.0.1:7419".to_string()),
+                Some("127.0.0.1:7500".to_string())
+            ),
+            ("old".to_string(), Some("10.0.0.9:7419".to_string()), None),
+        ]
+    );
+    let v: Vec<String> = b
+        .sql_for_test(&format!(
+            "SELECT value FROM {s}.ojs_meta WHERE key = 'schema_version'"
+        ))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(v, vec![SCHEMA_VERSION.to_string()]);
+    assert_eq!(SCHEMA_VERSION, 2);
 }
 
 /// Renewals keep the lease: past several TTLs the owner still commits, and another node is

@@ -1,7 +1,9 @@
 //! Several `ojsd --store postgres` nodes on one PostgreSQL (a schema of their own) behind a
 //! real haproxy running `deploy/haproxy.cfg`, for tests/failover.rs and
-//! tests/failover_features.rs. One node holds the partition's lease and serves; the others
-//! are standbys that bind no client port. Clients talk to haproxy and reconnect on errors.
+//! tests/failover_features.rs and tests/forwarding.rs. One node holds the partition's lease
+//! and runs the engine; the others are standbys that serve their clients by forwarding to
+//! it over the peer protocol (`--peer-listen`). Clients talk to haproxy (or to a node
+//! directly) and reconnect on errors.
 //!
 //! Needs `OJSD_TEST_POSTGRES_URL` and `haproxy` on PATH (.ci/run provides both); `setup`
 //! says so and the test returns early otherwise. Ports are the kernel's ephemeral ones.
@@ -18,6 +20,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub const LEASE_TTL_MS: u64 = 2000;
+
+/// What a node logs once it holds the partition and serves from its own engine.
+pub const HOLDS: &str = "this node holds the partition";
 
 /// The PostgreSQL URL, or `None` (with a notice) when PostgreSQL or haproxy is missing.
 pub fn setup() -> Option<String> {
@@ -88,6 +93,11 @@ impl Proc {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn logged(&self, needle: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))
     }
@@ -144,8 +154,14 @@ pub struct Cluster {
     pub lb_tcp: String,
     /// Each node's (TCP, HTTP) client address.
     pub nodes: Vec<(String, String)>,
+    /// Each node's peer listener.
+    pub peers: Vec<String>,
     /// `--lease-ttl-ms` of the nodes started from now on.
     pub ttl_ms: u64,
+    /// `--fetch-wait-ms` of the nodes started from now on.
+    pub fetch_wait_ms: u64,
+    /// More flags for the nodes started from now on.
+    pub extra: Vec<String>,
 }
 
 impl Cluster {
@@ -160,7 +176,10 @@ impl Cluster {
             nodes: (0..n)
                 .map(|_| (addr(free_port()), addr(free_port())))
                 .collect(),
+            peers: (0..n).map(|_| addr(free_port())).collect(),
             ttl_ms: LEASE_TTL_MS,
+            fetch_wait_ms: 500,
+            extra: Vec::new(),
         }
     }
 
@@ -175,9 +194,13 @@ impl Cluster {
                 &self.nodes[i].0,
                 "--http-listen",
                 &self.nodes[i].1,
+                "--peer-listen",
+                &self.peers[i],
             ])
             .args(["--lease-ttl-ms", &self.ttl_ms.to_string()])
-            .args(["--fetch-wait-ms", "500", "--log-level", "info"]);
+            .args(["--fetch-wait-ms", &self.fetch_wait_ms.to_string()])
+            .args(["--log-level", "info"])
+            .args(&self.extra);
         Proc::spawn(name, cmd)
     }
 
@@ -194,8 +217,8 @@ impl Cluster {
             || p.logged(&line),
         );
         assert!(
-            std::net::TcpStream::connect(&self.nodes[i].0).is_err(),
-            "a standby binds no client port"
+            std::net::TcpStream::connect(&self.nodes[i].0).is_ok(),
+            "a standby serves its clients (forwarding them to the holder)"
         );
         p
     }
@@ -248,12 +271,12 @@ impl Cluster {
         Proc::spawn("haproxy", cmd)
     }
 
-    /// Node a active behind haproxy, node b a standby that has registered and bound
-    /// nothing: (a, b, haproxy).
+    /// Node a active behind haproxy, node b a standby that has registered and forwards
+    /// to it: (a, b, haproxy).
     pub fn start_pair(&self) -> (Proc, Proc, Proc) {
         let a = self.node(0);
         wait_until("node-a to serve", Duration::from_secs(30), || {
-            a.logged("ojsd ready")
+            a.logged(HOLDS)
         });
         let b = self.standby(1, 0);
         let lb = self.haproxy();
@@ -347,6 +370,8 @@ pub struct Ledger {
     pub pushed: Mutex<Vec<String>>,
     pub acked: Mutex<Vec<String>>,
     pub push_errors: AtomicUsize,
+    /// The refused pushes by error code (`io` for a cut connection).
+    pub push_error_codes: Mutex<HashMap<String, usize>>,
 }
 
 fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
@@ -363,8 +388,15 @@ fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
         let job = test_job("failover", json!({"args": [n], "timeout": 3}));
         match client.push(&job) {
             Ok(j) => ledger.pushed.lock().unwrap().push(id_of(&j)),
-            Err(_) => {
+            Err(e) => {
                 ledger.push_errors.fetch_add(1, Ordering::SeqCst);
+                let code = e.code().unwrap_or("io").to_string();
+                *ledger
+                    .push_error_codes
+                    .lock()
+                    .unwrap()
+                    .entry(code)
+                    .or_default() += 1;
                 c = None;
             }
         }
@@ -410,18 +442,27 @@ pub struct Load {
 
 impl Load {
     pub fn start(lb: &str, producers: usize, workers: usize) -> Load {
+        Load::split(lb, lb, producers, workers)
+    }
+
+    /// Producers connected to `to_producers` and workers to `to_workers` (two nodes, say).
+    pub fn split(to_producers: &str, to_workers: &str, producers: usize, workers: usize) -> Load {
         let ledger = Arc::new(Ledger::default());
         let stop_producers = Arc::new(AtomicBool::new(false));
         let stop_workers = Arc::new(AtomicBool::new(false));
         let p = (0..producers)
             .map(|n| {
-                let (lb, l, s) = (lb.to_string(), ledger.clone(), stop_producers.clone());
+                let (lb, l, s) = (
+                    to_producers.to_string(),
+                    ledger.clone(),
+                    stop_producers.clone(),
+                );
                 std::thread::spawn(move || producer(lb, l, s, n))
             })
             .collect();
         let w = (0..workers)
             .map(|n| {
-                let (lb, l, s) = (lb.to_string(), ledger.clone(), stop_workers.clone());
+                let (lb, l, s) = (to_workers.to_string(), ledger.clone(), stop_workers.clone());
                 let wid = format!("w-{n}");
                 std::thread::spawn(move || worker(lb, l, s, wid))
             })

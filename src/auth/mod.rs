@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::Arc;
 
+mod limiter;
+pub use limiter::AuthLimiter;
+
 /// A token's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -179,6 +182,15 @@ impl Tokens {
         Ok(Tokens {
             tokens: tokens.into(),
         })
+    }
+
+    /// The secret a node answers another's peer challenge with: the first admin token's
+    /// (`--password`'s when given).
+    pub fn admin_secret(&self) -> Option<String> {
+        self.tokens
+            .iter()
+            .find(|t| t.role == Role::Admin)
+            .map(|t| t.secret.to_string())
     }
 
     /// No token configured: every client is `admin`.
