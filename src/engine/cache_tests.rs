@@ -3,58 +3,11 @@
 //! through the store: a cached job's FETCH reads no job record.
 
 use super::super::request::Command;
+use super::super::test_store::Wrapped;
 use super::super::{start, Answer, Answered, Config};
-use crate::store::{Batch, Bounds, Space, Store, StoreKind, StoreResult, Syncer};
+use crate::store::StoreKind;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-/// Counts the reads of job records.
-struct Counting {
-    inner: Box<dyn Store>,
-    job_reads: Arc<AtomicUsize>,
-}
-
-impl Store for Counting {
-    fn commit(&mut self, batch: Batch) -> StoreResult<()> {
-        self.inner.commit(batch)
-    }
-    fn write(&mut self, batch: Batch) -> StoreResult<()> {
-        self.inner.write(batch)
-    }
-    fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
-        self.inner.syncer()
-    }
-    fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
-        if space == Space::Job {
-            self.job_reads.fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.get(space, key)
-    }
-    fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()> {
-        self.inner.scan(space, f)
-    }
-    fn scan_from(
-        &self,
-        space: Space,
-        from: &[u8],
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> StoreResult<()> {
-        self.inner.scan_from(space, from, f)
-    }
-    fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
-        self.inner.floor_key(space, key)
-    }
-    fn bounds(&self, space: Space) -> StoreResult<Bounds> {
-        self.inner.bounds(space)
-    }
-    fn size_on_disk(&self) -> StoreResult<u64> {
-        self.inner.size_on_disk()
-    }
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-}
+use std::sync::atomic::Ordering;
 
 fn new_job(q: &str, priority: i64) -> (crate::job::validate::NewJob, usize) {
     let job = json!({"type": "t", "queue": q, "args": [], "priority": priority});
@@ -95,11 +48,8 @@ fn id_of(a: Answered) -> String {
 #[test]
 fn a_job_pushed_behind_a_backlog_deeper_than_the_cache_is_not_cached() {
     let dir = tempfile::tempdir().unwrap();
-    let job_reads = Arc::new(AtomicUsize::new(0));
-    let store = Counting {
-        inner: crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap(),
-        job_reads: job_reads.clone(),
-    };
+    let store = Wrapped::new(crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap());
+    let job_reads = store.job_reads.clone();
     let (handle, thread) = start(Box::new(store), Config::default()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()

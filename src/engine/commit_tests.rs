@@ -3,89 +3,13 @@
 //! without timing anything: while the gate is shut nothing can become durable.
 
 use super::super::request::Command;
+use super::super::test_store::Wrapped;
 use super::super::{start, Answer, Answered, Config};
-use crate::store::{Batch, Bounds, Space, Store, StoreKind, StoreResult, Syncer};
+use crate::store::StoreKind;
 use serde_json::{json, Value};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// Shut: syncs (and commits) wait until it opens.
-#[derive(Clone, Default)]
-struct Gate(Arc<(Mutex<bool>, Condvar)>);
-
-impl Gate {
-    fn set(&self, shut: bool) {
-        *self.0 .0.lock().unwrap() = shut;
-        self.0 .1.notify_all();
-    }
-
-    fn pass(&self) {
-        let mut shut = self.0 .0.lock().unwrap();
-        while *shut {
-            shut = self.0 .1.wait(shut).unwrap();
-        }
-    }
-}
-
-struct Gated {
-    inner: Box<dyn Store>,
-    gate: Gate,
-}
-
-struct GatedSyncer {
-    inner: Box<dyn Syncer>,
-    gate: Gate,
-}
-
-impl Syncer for GatedSyncer {
-    fn sync(&mut self) -> StoreResult<()> {
-        self.gate.pass();
-        self.inner.sync()
-    }
-}
-
-impl Store for Gated {
-    fn commit(&mut self, batch: Batch) -> StoreResult<()> {
-        self.gate.pass();
-        self.inner.commit(batch)
-    }
-    fn write(&mut self, batch: Batch) -> StoreResult<()> {
-        self.inner.write(batch)
-    }
-    fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
-        Ok(Box::new(GatedSyncer {
-            inner: self.inner.syncer()?,
-            gate: self.gate.clone(),
-        }))
-    }
-    fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
-        self.inner.get(space, key)
-    }
-    fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()> {
-        self.inner.scan(space, f)
-    }
-    fn scan_from(
-        &self,
-        space: Space,
-        from: &[u8],
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> StoreResult<()> {
-        self.inner.scan_from(space, from, f)
-    }
-    fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
-        self.inner.floor_key(space, key)
-    }
-    fn bounds(&self, space: Space) -> StoreResult<Bounds> {
-        self.inner.bounds(space)
-    }
-    fn size_on_disk(&self) -> StoreResult<u64> {
-        self.inner.size_on_disk()
-    }
-    fn name(&self) -> &'static str {
-        "gated"
-    }
-}
 
 fn push(q: &str) -> Command {
     let job = json!({"type": "t", "queue": q, "args": []});
@@ -125,11 +49,9 @@ fn within(
 fn a_fetch_reply_leaves_before_its_batch_is_durable_and_an_ack_after() {
     for pipelined in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let gate = Gate::default();
-        let store = Gated {
-            inner: crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap(),
-            gate: gate.clone(),
-        };
+        let store =
+            Wrapped::new(crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap());
+        let gate = store.gate.clone();
         let cfg = Config {
             commit_pipeline: pipelined,
             fetch_wait: Duration::from_millis(200),

@@ -24,6 +24,8 @@ pub mod request;
 mod slow;
 mod stored;
 mod subscription;
+#[cfg(test)]
+mod test_store;
 mod throughput;
 mod txn;
 mod waiters;
