@@ -68,8 +68,8 @@ fn client(addr: &str, wid: Option<&str>) -> Client {
     .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
 }
 
-/// HTTP GET on `addr`: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, Value) {
+/// HTTP GET on `addr`: (status, body as text).
+fn http_text(addr: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
@@ -81,7 +81,13 @@ fn http_get(addr: &str, path: &str) -> (u16, Value) {
     s.read_to_string(&mut text).unwrap();
     let status = text[9..12].parse().unwrap();
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    (status, body.to_string())
+}
+
+/// HTTP GET on `addr`: (status, body as JSON).
+fn http_get(addr: &str, path: &str) -> (u16, Value) {
+    let (status, body) = http_text(addr, path);
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
 #[test]
@@ -128,6 +134,14 @@ fn pushed_through_one_standby_fetched_through_the_other_acked_through_the_first(
     assert_eq!(health["node"]["holder"], "node-a", "{health}");
     let (_, health) = http_get(&c.nodes[0].1, "/ojs/v1/health");
     assert_eq!(health["node"]["role"], "active", "{health}");
+    // A standby's /metrics are the holder's: the 20 jobs completed through the standbys.
+    let (status, metrics) = http_text(&c.nodes[2].1, "/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let completed = metrics
+        .lines()
+        .find(|l| l.starts_with("ojs_jobs_completed_total") && l.contains("queue=\"fwd\""))
+        .unwrap_or_else(|| panic!("no completed counter for fwd in:\n{metrics}"));
+    assert!(completed.ends_with(&format!(" {n}")), "{completed}");
     // CLUSTER lists every node's peer address, and `local` is the node asked (node-c),
     // though the holder answered.
     let cl = fetcher.cluster().unwrap();

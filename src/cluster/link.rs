@@ -5,6 +5,7 @@
 //! state change "may still take effect": it may have been committed before the cut).
 
 use super::proto::{encode, FromOwner, Limits, ToOwner, ITERATIONS, VERSION};
+use crate::engine::metrics::MetricsView;
 use crate::engine::request::Command;
 use crate::engine::{Answered, Page};
 use crate::error::{ErrorCode, OjsError};
@@ -42,6 +43,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 enum Waiting {
     Answer(oneshot::Sender<Answered>),
     Events(oneshot::Sender<Result<Page, OjsError>>),
+    Metrics(oneshot::Sender<Option<MetricsView>>),
 }
 
 struct Slots {
@@ -325,6 +327,18 @@ impl Link {
         rx.await.unwrap_or_else(|_| Err(lost(&self.owner)))
     }
 
+    /// The holder's metrics (none while it runs no engine).
+    pub async fn metrics(&self) -> Result<Option<MetricsView>, OjsError> {
+        let (reply, rx) = oneshot::channel();
+        let sent = self
+            .request(|id| (Waiting::Metrics(reply), ToOwner::Metrics { id }))
+            .await;
+        if let Err((_, e)) = sent {
+            return Err(e);
+        }
+        rx.await.map_err(|_| lost(&self.owner))
+    }
+
     /// Drop the connection (the holder moved, or this node took the partition): every
     /// waiting request is answered as lost.
     pub fn shutdown(&self) {
@@ -351,6 +365,8 @@ impl Link {
                 Waiting::Events(tx) => {
                     let _ = tx.send(Err(lost(&self.owner)));
                 }
+                // Dropped: `metrics` answers the lost connection.
+                Waiting::Metrics(_) => {}
             }
         }
     }
@@ -410,6 +426,11 @@ async fn read_answers(
             FromOwner::Events { id, page } => {
                 if let Some(Waiting::Events(tx)) = lock(&link.slots).waiting.remove(&id) {
                     let _ = tx.send(page.map(Page::from));
+                }
+            }
+            FromOwner::Metrics { id, view } => {
+                if let Some(Waiting::Metrics(tx)) = lock(&link.slots).waiting.remove(&id) {
+                    let _ = tx.send(view);
                 }
             }
             other => {

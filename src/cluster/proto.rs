@@ -50,6 +50,8 @@ pub enum ToOwner {
     Disconnect { wid: String },
     /// The sender's client connection `conn` closed.
     Closed { conn: u64 },
+    /// The holder's metrics (`GET /metrics` on the sending node).
+    Metrics { id: u64 },
     /// One page of the event log: at most `limit` events and `bytes` bytes of them.
     Events {
         id: u64,
@@ -75,6 +77,11 @@ pub enum FromOwner {
     /// The handshake failed (wrong password, too many failures, another version); the
     /// connection closes.
     Refused(OjsError),
+    /// The holder's metrics; none while it runs no engine.
+    Metrics {
+        id: u64,
+        view: Option<crate::engine::metrics::MetricsView>,
+    },
     Answer {
         id: u64,
         answered: Answered,

@@ -358,9 +358,16 @@ impl Router {
         }
     }
 
-    /// This node's metrics; none while it runs no engine.
+    /// The metrics of the engine serving this node's clients: its own, or on a node that
+    /// forwards, the holder's; none when neither answers.
     pub async fn metrics(&self) -> Option<crate::engine::metrics::MetricsView> {
-        self.local()?.metrics().await
+        match self {
+            Router::Local(h) => h.metrics().await,
+            Router::Cluster(c) => match c.engine.get() {
+                Some(h) => h.metrics().await,
+                None => c.link().await.ok()?.metrics().await.ok().flatten(),
+            },
+        }
     }
 
     pub fn store_kind(&self) -> &'static str {

@@ -27,6 +27,10 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::codec::Framed;
 
+/// What a metrics request holds of a peer's budget until its answer is written: the view
+/// is bounded by `--max-metric-series` and `--max-queues`, well under this.
+const METRICS_HOLD: usize = 4 << 20;
+
 /// Most peer connections served at once (a cluster has a handful of nodes; each keeps
 /// one connection to the holder).
 const MAX_PEER_CONNECTIONS: usize = 256;
@@ -261,6 +265,7 @@ async fn peer_connection<S>(
         let holds = match &msg {
             ToOwner::Submit { cmd, bytes, .. } => worst_case(cmd, *bytes, max_job),
             ToOwner::Events { bytes, .. } => page_bytes(*bytes, &cfg.limits).saturating_mul(2),
+            ToOwner::Metrics { .. } => METRICS_HOLD,
             _ => 0,
         }
         .max(frame.len());
@@ -327,6 +332,17 @@ async fn peer_connection<S>(
                     if let Some((rc, _)) = local {
                         finish_conn(&carried, rc, &engine);
                     }
+                });
+            }
+            ToOwner::Metrics { id } => {
+                let out = out.clone();
+                let limits = cfg.limits;
+                tasks.spawn(async move {
+                    let view = match engine {
+                        None => None,
+                        Some(engine) => engine.metrics().await,
+                    };
+                    send(&out, &FromOwner::Metrics { id, view }, id, permits, &limits);
                 });
             }
             ToOwner::Events {
@@ -533,6 +549,8 @@ fn frame_of(msg: &FromOwner, id: u64, limits: &Limits) -> Option<Bytes> {
             );
             let m = match msg {
                 FromOwner::Events { .. } => FromOwner::Events { id, page: Err(e) },
+                // Metrics over a frame: none, as from a node without an engine.
+                FromOwner::Metrics { .. } => FromOwner::Metrics { id, view: None },
                 _ => FromOwner::Answer {
                     id,
                     answered: Err(e),

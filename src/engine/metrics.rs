@@ -203,7 +203,7 @@ impl Metrics {
 }
 
 /// A histogram as counts per bucket (not cumulative; the last is +Inf), sum and count.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HistogramView {
     pub counts: Vec<u64>,
     pub sum: f64,
@@ -223,7 +223,7 @@ impl HistogramView {
 }
 
 /// One (job type, queue) pair's counters and histograms.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SeriesView {
     pub job_type: String,
     pub queue: String,
@@ -235,7 +235,7 @@ pub struct SeriesView {
 }
 
 /// One queue's gauges (or the sum of the queues past the bound, named `_other`).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QueueGauge {
     pub queue: String,
     pub depth: usize,
@@ -244,7 +244,7 @@ pub struct QueueGauge {
 }
 
 /// The metrics of ojs-events §7 at one moment.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MetricsView {
     pub series: Vec<SeriesView>,
     pub queues: Vec<QueueGauge>,
