@@ -40,24 +40,13 @@ impl EngineHandle {
         cmd: Command,
         bytes: usize,
     ) -> oneshot::Receiver<Answered> {
-        self.send(conn, wid, cmd, bytes, false).await
+        self.submit_with(conn, wid, cmd, bytes, false).await
     }
 
     /// [`submit_on`](Self::submit_on), or with `viewed` a state change answered with the
     /// job as it left it ([`call_viewed`](Self::call_viewed)): the form a request takes
     /// when it arrives from another node.
     pub async fn submit_with(
-        &self,
-        conn: Option<ConnId>,
-        wid: Option<Arc<str>>,
-        cmd: Command,
-        bytes: usize,
-        viewed: bool,
-    ) -> oneshot::Receiver<Answered> {
-        self.send(conn, wid, cmd, bytes, viewed).await
-    }
-
-    async fn send(
         &self,
         conn: Option<ConnId>,
         wid: Option<Arc<str>>,
@@ -119,7 +108,7 @@ impl EngineHandle {
     /// when the change deleted the job. A CANCEL of a finished job is refused
     /// (`INVALID_STATE_TRANSITION`) instead of being a no-op.
     pub async fn call_viewed(&self, wid: Option<Arc<str>>, cmd: Command) -> Answered {
-        self.send(None, wid, cmd, 0, true)
+        self.submit_with(None, wid, cmd, 0, true)
             .await
             .await
             .unwrap_or_else(|_| unavailable())
