@@ -494,10 +494,7 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             let url = args.postgres_url.as_deref().ok_or(
                 "--store postgres needs --postgres-url (or OJSD_POSTGRES_URL)".to_string(),
             )?;
-            let shared = engine::Shared {
-                subscribers: ojsd::events::held::Pool::new(cfg.events.held),
-                connections: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            };
+            let shared = engine::Shared::new(cfg.events.held);
             let wake = Arc::new(tokio::sync::Notify::new());
             let link_cfg = ojsd::cluster::link::LinkConfig {
                 node: node_id.clone(),
@@ -546,7 +543,7 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
                                 .map_err(|e| format!("cannot start: {e}"))
                         })
                         .map(|(handle, thread)| {
-                            r.activate(handle);
+                            r.activate(0, handle);
                             tracing::info!(
                                 "this node holds the partition: serving from its own engine"
                             );

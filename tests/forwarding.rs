@@ -342,7 +342,7 @@ fn a_peer_with_a_wrong_password_is_refused() {
     assert_eq!(ch["auth"], true, "{challenge}");
     let salt = ch["salt"].as_str().unwrap();
     let wrong = ojs_client::password_hash("wrong", salt, 5000);
-    let auth = json!({"Auth": {"version": 1, "node": "intruder", "pwdhash": wrong}});
+    let auth = json!({"Auth": {"version": 2, "node": "intruder", "pwdhash": wrong}});
     send_frame(&mut s, auth.to_string().as_bytes());
     let refused = read_frame(&mut s).expect("an answer");
     assert_eq!(refused["Refused"]["code"], "Unauthenticated", "{refused}");
@@ -351,7 +351,7 @@ fn a_peer_with_a_wrong_password_is_refused() {
     let mut s = TcpStream::connect(&c.peers[0]).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     read_frame(&mut s).expect("a challenge");
-    let submit = json!({"Submit": {"id": 1, "conn": null, "wid": null, "cmd": "Info",
+    let submit = json!({"Submit": {"id": 1, "part": 0, "conn": null, "wid": null, "cmd": "Info",
                                    "bytes": 0, "viewed": false}});
     send_frame(&mut s, submit.to_string().as_bytes());
     assert!(read_frame(&mut s).is_none_or(|f| f.get("Answer").is_none()));
@@ -404,7 +404,7 @@ fn a_peer_frame_over_the_limit_is_refused_without_harm() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let challenge = read_frame(&mut s).expect("a challenge");
     assert_eq!(challenge["Challenge"]["auth"], false, "{challenge}");
-    let auth = json!({"Auth": {"version": 1, "node": "big", "pwdhash": null}});
+    let auth = json!({"Auth": {"version": 2, "node": "big", "pwdhash": null}});
     send_frame(&mut s, auth.to_string().as_bytes());
     assert_eq!(read_frame(&mut s).expect("welcome"), json!("Welcome"));
     // A frame that says it is 1 GiB long (and then a little of it): refused from the
@@ -499,7 +499,7 @@ fn peers_speak_tls_when_the_nodes_do() {
         .unwrap();
     send_frame(
         &mut plain,
-        json!({"Auth": {"version": 1, "node": "x", "pwdhash": null}})
+        json!({"Auth": {"version": 2, "node": "x", "pwdhash": null}})
             .to_string()
             .as_bytes(),
     );
@@ -580,14 +580,14 @@ fn a_peer_that_reads_no_answers_is_held_to_its_budget() {
     let mut s = TcpStream::connect(&c.peers[0]).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     read_frame(&mut s).expect("a challenge");
-    let auth = json!({"Auth": {"version": 1, "node": "greedy", "pwdhash": null}});
+    let auth = json!({"Auth": {"version": 2, "node": "greedy", "pwdhash": null}});
     send_frame(&mut s, auth.to_string().as_bytes());
     assert_eq!(read_frame(&mut s).expect("welcome"), json!("Welcome"));
     // 1500 pages of ~1000 events (some 350 KB each): about 500 MB if all were queued.
     s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut sent = 0;
     for id in 0..1500u64 {
-        let req = json!({"Events": {"id": id, "start": {"After": 0}, "limit": 1000,
+        let req = json!({"Events": {"id": id, "part": 0, "start": {"After": 0}, "limit": 1000,
             "bytes": 32 << 20,
             "filter": {"event_types": [], "queues": [], "job_types": [], "sources": []}}});
         let body = req.to_string();

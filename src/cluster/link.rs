@@ -268,21 +268,26 @@ impl Link {
     }
 
     /// Forward a command; the receiver resolves with the holder's answer.
+    #[allow(clippy::too_many_arguments)]
     pub async fn submit(
         &self,
+        part: u32,
         conn: Option<u64>,
         wid: Option<Arc<str>>,
         cmd: Command,
         bytes: usize,
         viewed: bool,
-    ) -> oneshot::Receiver<Answered> {
+    ) -> (u64, oneshot::Receiver<Answered>) {
         let (reply, rx) = oneshot::channel();
+        let mut asked = 0;
         let sent = self
             .request(|id| {
+                asked = id;
                 (
                     Waiting::Answer(reply),
                     ToOwner::Submit {
                         id,
+                        part,
                         conn,
                         wid: wid.map(|w| w.to_string()),
                         cmd,
@@ -295,12 +300,20 @@ impl Link {
         if let Err((Waiting::Answer(reply), e)) = sent {
             let _ = reply.send(Err(e));
         }
-        rx
+        (asked, rx)
+    }
+
+    /// Stop waiting for request `id` (see [`ToOwner::Cancel`]); its answer is dropped.
+    pub fn cancel(&self, id: u64) {
+        if lock(&self.slots).waiting.remove(&id).is_some() {
+            self.tell(&ToOwner::Cancel { id });
+        }
     }
 
     /// One page of the holder's event log.
     pub async fn events(
         &self,
+        part: u32,
         filter: EventFilter,
         start: Start,
         limit: usize,
@@ -313,6 +326,7 @@ impl Link {
                     Waiting::Events(reply),
                     ToOwner::Events {
                         id,
+                        part,
                         filter,
                         start,
                         limit,
@@ -328,10 +342,10 @@ impl Link {
     }
 
     /// The holder's metrics (none while it runs no engine).
-    pub async fn metrics(&self) -> Result<Option<MetricsView>, OjsError> {
+    pub async fn metrics(&self, part: u32) -> Result<Option<MetricsView>, OjsError> {
         let (reply, rx) = oneshot::channel();
         let sent = self
-            .request(|id| (Waiting::Metrics(reply), ToOwner::Metrics { id }))
+            .request(|id| (Waiting::Metrics(reply), ToOwner::Metrics { id, part }))
             .await;
         if let Err((_, e)) = sent {
             return Err(e);

@@ -17,8 +17,12 @@
 pub mod check;
 pub mod link;
 pub mod proto;
+pub mod route;
 pub mod router;
 pub mod serve;
+mod spread;
+#[cfg(test)]
+mod spread_tests;
 
-pub use router::{Role, Router};
+pub use router::{Holding, Locator, Role, Router};
 pub use serve::{serve_peers, PeerServerConfig};

@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::codec::LengthDelimitedCodec;
 
 /// The protocol's version, checked in the handshake.
-pub const VERSION: u32 = 1;
+/// 2: requests name their partition; `Cancel`.
+pub const VERSION: u32 = 2;
 
 /// SHA-256 rounds of the handshake's password hash.
 pub const ITERATIONS: u32 = 5000;
@@ -34,6 +35,8 @@ pub enum ToOwner {
     /// weight), `viewed` asks for the job as a state change left it (`call_viewed`).
     Submit {
         id: u64,
+        /// The partition whose engine runs it.
+        part: u32,
         conn: Option<u64>,
         wid: Option<String>,
         cmd: Command,
@@ -50,11 +53,16 @@ pub enum ToOwner {
     Disconnect { wid: String },
     /// The sender's client connection `conn` closed.
     Closed { conn: u64 },
+    /// The sender no longer waits for request `id` (a FETCH over several partitions got
+    /// its job elsewhere): a job it claims after all goes back to its queue, and it is
+    /// answered with nothing.
+    Cancel { id: u64 },
     /// The holder's metrics (`GET /metrics` on the sending node).
-    Metrics { id: u64 },
+    Metrics { id: u64, part: u32 },
     /// One page of the event log: at most `limit` events and `bytes` bytes of them.
     Events {
         id: u64,
+        part: u32,
         filter: EventFilter,
         start: Start,
         limit: usize,
@@ -201,6 +209,7 @@ mod tests {
         let job = intake.job(body, line_len).unwrap();
         let msg = ToOwner::Submit {
             id: 1,
+            part: 0,
             conn: Some(2),
             wid: None,
             cmd: Command::Push {

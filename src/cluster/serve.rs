@@ -11,6 +11,7 @@ use super::proto::{encode, FromOwner, Limits, ToOwner, ITERATIONS, VERSION};
 use super::Router;
 use crate::auth::AuthLimiter;
 use crate::auth::{Role, Tokens};
+use crate::engine::request::Command;
 use crate::engine::{unavailable, ConnId, EngineHandle};
 use crate::error::{ErrorCode, OjsError};
 use crate::protocol::reply::worst_case;
@@ -23,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::codec::Framed;
 
@@ -230,11 +231,11 @@ async fn peer_connection<S>(
         }
     });
     let mine = Arc::new(Semaphore::new(kib(cfg.limits.per_peer)));
-    // The job size limit of the engine that answers (replies of FETCH, JOB, listings).
-    let max_job = router
-        .local()
-        .map_or(1 << 20, |e| e.intake().limits().max_job_bytes);
+    // The job size limit of the engines that answer (replies of FETCH, JOB, listings).
+    let max_job = router.intake().limits().max_job_bytes;
     let carried = Arc::new(Mutex::new(Carried::default()));
+    // Requests the peer may cancel (FETCHes), by id: told to give back what they claim.
+    let cancels: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
     let mut tasks = JoinSet::new();
     loop {
         let frame = tokio::select! {
@@ -258,6 +259,12 @@ async fn peer_connection<S>(
                 break;
             }
         };
+        if let ToOwner::Cancel { id } = &msg {
+            if let Some(c) = cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(id) {
+                let _ = c.send(());
+            }
+            continue;
+        }
         // What this request may hold until its answer is written, here and across all
         // peers (the larger of the request and the largest answer it can get, as a client
         // connection reserves it): reading stops while either is spent, so a peer that
@@ -279,19 +286,26 @@ async fn peer_connection<S>(
             break;
         };
         let permits = vec![p1, p2];
-        let engine = router.local();
         match msg {
             ToOwner::Auth { .. } => break,
+            ToOwner::Cancel { .. } => {}
             ToOwner::Submit {
                 id,
+                part,
                 conn,
                 wid,
                 cmd,
                 bytes,
                 viewed,
             } => {
-                let Some(engine) = engine else {
-                    reply(&out, id, Err(not_holder(&cfg.node)), permits, &cfg.limits);
+                let Some(engine) = router.engine_of(part) else {
+                    reply(
+                        &out,
+                        id,
+                        Err(not_holder(&cfg.node, part)),
+                        permits,
+                        &cfg.limits,
+                    );
                     continue;
                 };
                 let checked = match wid.as_deref() {
@@ -308,7 +322,7 @@ async fn peer_connection<S>(
                 }
                 let local = match conn {
                     None => None,
-                    Some(rc) => match open_conn(&carried, rc, &engine, cfg.limits.max_conns) {
+                    Some(rc) => match open_conn(&carried, rc, &router, cfg.limits.max_conns) {
                         Ok(l) => Some((rc, l)),
                         Err(e) => {
                             reply(&out, id, Err(e), permits, &cfg.limits);
@@ -316,27 +330,55 @@ async fn peer_connection<S>(
                         }
                     },
                 };
-                let (out, carried, limits) = (out.clone(), carried.clone(), cfg.limits);
+                let cancel = match cmd {
+                    Command::Fetch { .. } | Command::AckFetch { .. } => {
+                        let (tx, rx) = oneshot::channel();
+                        cancels
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(id, tx);
+                        Some(rx)
+                    }
+                    _ => None,
+                };
+                let (out, carried, limits, router) =
+                    (out.clone(), carried.clone(), cfg.limits, router.clone());
+                let cancels = cancels.clone();
                 tasks.spawn(async move {
-                    let rx = engine
-                        .submit_with(
-                            local.map(|(_, l)| l),
-                            wid.map(Arc::<str>::from),
-                            cmd,
-                            bytes,
-                            viewed,
-                        )
+                    let wid = wid.map(Arc::<str>::from);
+                    let conn = local.map(|(_, l)| l);
+                    let mut rx = engine
+                        .submit_with(conn, wid.clone(), cmd, bytes, viewed)
                         .await;
-                    let answered = rx.await.unwrap_or_else(|_| unavailable());
+                    let answered = match cancel {
+                        None => rx.await.unwrap_or_else(|_| unavailable()),
+                        Some(mut cancelled) => {
+                            let answered = tokio::select! {
+                                a = &mut rx => a.unwrap_or_else(|_| unavailable()),
+                                Ok(()) = &mut cancelled => {
+                                    rx.close();
+                                    let got = rx.try_recv().ok();
+                                    give_back(&engine, conn, wid, got).await;
+                                    Ok(crate::engine::Answer::Nothing)
+                                }
+                            };
+                            cancels
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .remove(&id);
+                            answered
+                        }
+                    };
                     reply(&out, id, answered, permits, &limits);
                     if let Some((rc, _)) = local {
-                        finish_conn(&carried, rc, &engine);
+                        finish_conn(&carried, rc, &router);
                     }
                 });
             }
-            ToOwner::Metrics { id } => {
+            ToOwner::Metrics { id, part } => {
                 let out = out.clone();
                 let limits = cfg.limits;
+                let engine = router.engine_of(part);
                 tasks.spawn(async move {
                     let view = match engine {
                         None => None,
@@ -347,6 +389,7 @@ async fn peer_connection<S>(
             }
             ToOwner::Events {
                 id,
+                part,
                 filter,
                 start,
                 limit,
@@ -355,9 +398,10 @@ async fn peer_connection<S>(
                 let out = out.clone();
                 let limits = cfg.limits;
                 let holder = cfg.node.clone();
+                let engine = router.engine_of(part);
                 tasks.spawn(async move {
                     let page = match engine {
-                        None => Err(not_holder(&holder)),
+                        None => Err(not_holder(&holder, part)),
                         Some(engine) => engine
                             .events_within(
                                 filter,
@@ -373,7 +417,6 @@ async fn peer_connection<S>(
                 });
             }
             ToOwner::Register { wid, info, reserve } => {
-                let Some(engine) = engine else { continue };
                 if let Err(e) = super::check::worker(&wid, Some(&info)) {
                     tracing::warn!(%peer, %node, error = %e.message, "peer connection: closing it");
                     break;
@@ -385,7 +428,7 @@ async fn peer_connection<S>(
                 }
                 *c.workers.entry(wid.clone()).or_default() += 1;
                 drop(c);
-                engine.register_worker(Arc::from(wid), info, reserve);
+                router.register_local_worker(Arc::from(wid), &info, reserve);
             }
             ToOwner::Disconnect { wid } => {
                 let mut c = lock(&carried);
@@ -400,15 +443,9 @@ async fn peer_connection<S>(
                     c.workers.remove(&wid);
                 }
                 drop(c);
-                if let Some(engine) = engine {
-                    engine.disconnect_worker(Arc::from(wid));
-                }
+                router.disconnect_local_worker(Arc::from(wid));
             }
-            ToOwner::Closed { conn } => {
-                if let Some(engine) = engine {
-                    close_conn(&carried, conn, &engine);
-                }
-            }
+            ToOwner::Closed { conn } => close_conn(&carried, conn, &router),
         }
     }
     // The peer is gone: once what it asked has been answered (a parked FETCH ends within
@@ -418,18 +455,38 @@ async fn peer_connection<S>(
     drop(out);
     writer.abort();
     let c = std::mem::take(&mut *lock(&carried));
-    if let Some(engine) = router.local() {
-        for (_, r) in c.conns {
-            engine.connection_closed(r.local);
-        }
-        for (wid, n) in c.workers {
-            let wid: Arc<str> = Arc::from(wid);
-            for _ in 0..n {
-                engine.disconnect_worker(wid.clone());
-            }
+    for (_, r) in c.conns {
+        router.close_local_conn(r.local);
+    }
+    for (wid, n) in c.workers {
+        let wid: Arc<str> = Arc::from(wid);
+        for _ in 0..n {
+            router.disconnect_local_worker(wid.clone());
         }
     }
     tracing::info!(%peer, %node, "peer disconnected; its connections are closed here");
+}
+
+/// A cancelled FETCH's answer, if the engine sent one before the cancel: its jobs go back.
+async fn give_back(
+    engine: &EngineHandle,
+    conn: Option<ConnId>,
+    wid: Option<Arc<str>>,
+    got: Option<crate::engine::Answered>,
+) {
+    let ids = match got {
+        Some(Ok(a)) => super::router::claimed_ids(&a),
+        _ => return,
+    };
+    if ids.is_empty() {
+        return;
+    }
+    let rx = engine
+        .submit_with(conn, wid, Command::Unclaim { ids }, 0, false)
+        .await;
+    if let Ok(Err(e)) = rx.await {
+        tracing::warn!(error = %e.message, "could not give back a cancelled FETCH's jobs");
+    }
 }
 
 /// The bytes of events a page for a peer may hold: what it asked, at most a quarter of an
@@ -438,19 +495,24 @@ fn page_bytes(asked: usize, limits: &Limits) -> usize {
     asked.min(limits.reply_frame / 4).max(1)
 }
 
-fn not_holder(node: &str) -> OjsError {
+/// The error of a request for a partition this node does not serve; the sender looks
+/// the holder up again and retries (see `router.rs`).
+pub fn not_holder(node: &str, part: u32) -> OjsError {
     OjsError::new(
         ErrorCode::BackendUnavailable,
-        format!("node {node} does not hold the partition (yet); retry"),
+        format!("{NOT_HOLDER} {part} (node {node}); retry"),
     )
 }
+
+/// How [`not_holder`]'s message starts.
+pub const NOT_HOLDER: &str = "this node does not hold partition";
 
 /// This engine's id for the peer's connection `rc`, made on first use; one more request
 /// in flight on it.
 fn open_conn(
     carried: &Mutex<Carried>,
     rc: u64,
-    engine: &EngineHandle,
+    router: &Router,
     max: usize,
 ) -> Result<ConnId, OjsError> {
     let mut c = lock(carried);
@@ -465,7 +527,7 @@ fn open_conn(
             format!("the peer connection carries {max} client connections already"),
         )),
         None => {
-            let local = engine.connection_id();
+            let local = router.connection_id();
             c.conns.insert(
                 rc,
                 Remote {
@@ -480,7 +542,7 @@ fn open_conn(
 }
 
 /// A request on `rc` was answered; if the connection closed meanwhile, close it now.
-fn finish_conn(carried: &Mutex<Carried>, rc: u64, engine: &EngineHandle) {
+fn finish_conn(carried: &Mutex<Carried>, rc: u64, router: &Router) {
     let mut c = lock(carried);
     let Some(r) = c.conns.get_mut(&rc) else {
         return;
@@ -490,12 +552,12 @@ fn finish_conn(carried: &Mutex<Carried>, rc: u64, engine: &EngineHandle) {
         let local = r.local;
         c.conns.remove(&rc);
         drop(c);
-        engine.connection_closed(local);
+        router.close_local_conn(local);
     }
 }
 
 /// The peer's connection `rc` closed: close it here once its requests are answered.
-fn close_conn(carried: &Mutex<Carried>, rc: u64, engine: &EngineHandle) {
+fn close_conn(carried: &Mutex<Carried>, rc: u64, router: &Router) {
     let mut c = lock(carried);
     let Some(r) = c.conns.get_mut(&rc) else {
         return;
@@ -507,7 +569,7 @@ fn close_conn(carried: &Mutex<Carried>, rc: u64, engine: &EngineHandle) {
     let local = r.local;
     c.conns.remove(&rc);
     drop(c);
-    engine.connection_closed(local);
+    router.close_local_conn(local);
 }
 
 fn reply(

@@ -110,6 +110,18 @@ impl JobView {
         &self.json
     }
 
+    /// The job's id, read from the envelope without decoding the rest.
+    pub fn id(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Id<'a> {
+            #[serde(borrow)]
+            id: std::borrow::Cow<'a, str>,
+        }
+        serde_json::from_slice::<Id>(&self.json)
+            .ok()
+            .map(|i| i.id.into_owned())
+    }
+
     /// The envelope as a typed job (for a front end that speaks another job dialect).
     pub fn job(&self) -> OjsResult<Job> {
         serde_json::from_slice(&self.json).map_err(|e| {

@@ -299,6 +299,20 @@ pub struct Shared {
     pub subscribers: Arc<crate::events::held::Pool>,
     /// Client connections open (INFO's `connections`).
     pub connections: Arc<AtomicUsize>,
+    /// The next connection id: shared by the engines of one node (cluster mode runs one
+    /// per partition), so that an id names one client connection on all of them.
+    pub next_conn: Arc<AtomicU64>,
+}
+
+impl Shared {
+    /// Fresh ones, for buffers bounded by `held`.
+    pub fn new(held: crate::events::held::HeldLimits) -> Shared {
+        Shared {
+            subscribers: crate::events::held::Pool::new(held),
+            connections: Arc::new(AtomicUsize::new(0)),
+            next_conn: Arc::new(AtomicU64::new(1)),
+        }
+    }
 }
 
 /// Open the engine over a store: rebuild the index, then run it on its own thread.
@@ -312,10 +326,7 @@ pub fn start(
     ),
     StoreError,
 > {
-    let shared = Shared {
-        subscribers: crate::events::held::Pool::new(cfg.events.held),
-        connections: Arc::new(AtomicUsize::new(0)),
-    };
+    let shared = Shared::new(cfg.events.held);
     start_with(store, cfg, shared)
 }
 
@@ -335,6 +346,7 @@ pub fn start_with(
     let Shared {
         subscribers,
         connections,
+        next_conn,
     } = shared;
     let store_kind = store.name();
     let max_metric_series = cfg.max_metric_series;
@@ -393,7 +405,7 @@ pub fn start_with(
         intake,
         queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
         connections,
-        next_conn: Arc::new(AtomicU64::new(1)),
+        next_conn,
         store_kind,
         subscribers,
     };
@@ -670,6 +682,7 @@ impl Engine {
                 .and_then(|uid| self.cancel(txn, uid, wid.as_ref()))
                 .map(ok),
             Command::Activate { id } => self.activate(txn, &id).map(ok),
+            Command::Unclaim { ids } => self.unclaim(wid.as_ref(), &ids).map(ok),
             Command::Job { id } => self.job_info(&id).map(Out::Job),
             Command::Beat {
                 wid,

@@ -93,6 +93,13 @@ pub enum Command {
     Cancel {
         id: String,
     },
+    /// Give back jobs a FETCH claimed for this caller that it will not work (cluster mode:
+    /// a FETCH over queues of several partitions took a job from one partition, and
+    /// another's answer came too late). Each goes back to its queue as an undelivered job
+    /// does, without spending an attempt. Not a client command: no front end parses it.
+    Unclaim {
+        ids: Vec<String>,
+    },
     Activate {
         id: String,
     },

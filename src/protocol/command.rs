@@ -81,6 +81,7 @@ impl Command {
             Command::Overview => "OVERVIEW",
             Command::StatsHistory { .. } => "STATS HISTORY",
             Command::Progress { .. } => "PROGRESS",
+            Command::Unclaim { .. } => "UNCLAIM",
             Command::Subscribe { .. } => "SUBSCRIBE",
             Command::ClockAdvance { .. } => "CLOCK ADVANCE",
             Command::Cron(c) => match c {
@@ -122,6 +123,7 @@ pub fn required_role(cmd: &Command) -> Need {
         | Command::AckFetch { .. }
         | Command::Fail { .. }
         | Command::Beat { .. }
+        | Command::Unclaim { .. }
         | Command::Progress { .. } => Need::Worker,
         // Reading what is not one's own: lists, every payload, events.
         Command::Workers

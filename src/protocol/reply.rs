@@ -125,6 +125,7 @@ pub fn worst_case(cmd: &Command, line_len: usize, max_job: usize) -> usize {
         | Command::Cancel { .. }
         | Command::Activate { .. }
         | Command::Progress { .. }
+        | Command::Unclaim { .. }
         | Command::Worker { .. }
         | Command::Beat { .. }
         | Command::ClockAdvance { .. }

@@ -11,6 +11,7 @@ use crate::events::Component;
 use crate::events::EventKind;
 use crate::job::State;
 use serde_json::json;
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// Timers fired per loop turn, so a restart after a long outage cannot build one giant batch.
@@ -41,6 +42,22 @@ impl Engine {
             self.woke = true;
             self.emit_with(txn, EventKind::JobFailed, Component::Scheduler, data, extra);
         }
+    }
+
+    /// `Command::Unclaim`: jobs this caller holds go back as undelivered ones, at the next
+    /// turn of the loop. Checked whole before any is given back.
+    pub(in crate::engine) fn unclaim(
+        &mut self,
+        wid: Option<&Arc<str>>,
+        ids: &[String],
+    ) -> OjsResult<()> {
+        let uids = ids
+            .iter()
+            .map(|id| self.active_job(id, wid, "UNCLAIM"))
+            .collect::<OjsResult<Vec<_>>>()?;
+        self.undelivered.extend(uids);
+        self.woke = true;
+        Ok(())
     }
 
     /// A reservation that ended without ACK or FAIL.

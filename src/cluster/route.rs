@@ -1,0 +1,205 @@
+//! Which partition a request belongs to when the cluster has more than one.
+//!
+//! A queue belongs to partition `partition_of(queue, P)`: the first four bytes of the
+//! SHA-256 of its name, big-endian, modulo `P` (stable across versions and platforms;
+//! never Rust's `DefaultHasher`). Everything about a queue (its jobs, their states, its
+//! limits, its dead letters) lives in its partition, served by that partition's engine.
+//! A request names its partition by a queue, or by a job id (the router finds the job's
+//! partition), or concerns every partition (INFO, listings): [`route`] says which.
+
+use crate::engine::request::{Command, CronCmd, DeadCmd, QueueCmd, WorkflowCmd};
+use sha2::{Digest, Sha256};
+
+/// The partition of `queue` among `parts`.
+pub fn partition_of(queue: &str, parts: u32) -> u32 {
+    if parts <= 1 {
+        return 0;
+    }
+    let d = Sha256::digest(queue.as_bytes());
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % parts
+}
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    /// One partition's engine.
+    Part(u32),
+    /// The engine of the partition that holds this job.
+    Job(String),
+    /// A FETCH over queues of several partitions: those partitions, in the order of the
+    /// queues that first name them.
+    Fetch(Vec<u32>),
+    /// Each partition on its own, answers merged.
+    All,
+    /// Not served across partitions: why.
+    Refused(String),
+}
+
+/// One partition if every queue is in it, else the partitions in the queues' order.
+fn of_queues<'a>(queues: impl IntoIterator<Item = &'a String>, parts: u32) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    for q in queues {
+        let p = partition_of(q, parts);
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn one_or<'a>(queues: impl IntoIterator<Item = &'a String>, parts: u32, what: &str) -> Route {
+    let ps = of_queues(queues, parts);
+    match ps.as_slice() {
+        [] => Route::Part(0),
+        [p] => Route::Part(*p),
+        _ => Route::Refused(format!(
+            "{what} names queues of {} partitions (of {parts}); in cluster mode one request \
+             may change the queues of one partition only: send one per queue",
+            ps.len()
+        )),
+    }
+}
+
+/// The route of `cmd` in a cluster of `parts` partitions (all to 0 when there is one).
+pub fn route(cmd: &Command, parts: u32) -> Route {
+    if parts <= 1 {
+        return Route::Part(0);
+    }
+    let across = |what: &str| {
+        Route::Refused(format!(
+            "{what} is not yet served across partitions in cluster mode (this cluster has \
+             {parts}; a cluster created with --partitions 1 serves it)"
+        ))
+    };
+    match cmd {
+        Command::Push { job, .. } => Route::Part(partition_of(&job.job.queue, parts)),
+        Command::PushBatch(jobs) => {
+            one_or(jobs.iter().map(|(j, _)| &j.job.queue), parts, "a batch")
+        }
+        Command::PushEach(jobs) => one_or(jobs.iter().map(|(j, _)| &j.job.queue), parts, "a batch"),
+        Command::Fetch { queues, .. } => {
+            let ps = of_queues(queues, parts);
+            match ps.as_slice() {
+                [] => Route::Part(0),
+                [p] => Route::Part(*p),
+                _ => Route::Fetch(ps),
+            }
+        }
+        Command::AckFetch { id, queues, .. } => match of_queues(queues, parts).as_slice() {
+            // Answered by one engine when the job and the queues share it (the router
+            // checks the job's partition); otherwise an ACK, then a FETCH.
+            [_] => Route::Job(id.clone()),
+            _ => Route::Fetch(of_queues(queues, parts)),
+        },
+        Command::Ack { id, .. }
+        | Command::Fail { id, .. }
+        | Command::Cancel { id }
+        | Command::Activate { id }
+        | Command::Job { id }
+        | Command::Progress { id, .. } => Route::Job(id.clone()),
+        // The router sends it to the partition that handed the jobs out.
+        Command::Unclaim { ids } => Route::Job(ids.first().cloned().unwrap_or_default()),
+        Command::Dead(DeadCmd::Get(id) | DeadCmd::Retry(id) | DeadCmd::Delete(id)) => {
+            Route::Job(id.clone())
+        }
+        Command::Queue(q) => match q {
+            QueueCmd::Stats(q)
+            | QueueCmd::Purge { queue: q, .. }
+            | QueueCmd::Limit { queue: q, .. } => Route::Part(partition_of(q, parts)),
+            QueueCmd::Pause(v) => one_or(v, parts, "QUEUE PAUSE"),
+            QueueCmd::Resume(v) => one_or(v, parts, "QUEUE RESUME"),
+            QueueCmd::Remove(v) if !v.iter().any(|q| q == "*") => one_or(v, parts, "QUEUE REMOVE"),
+            QueueCmd::Latency(v) if !v.iter().any(|q| q == "*") => {
+                one_or(v, parts, "QUEUE LATENCY")
+            }
+            QueueCmd::Remove(_) => across("QUEUE REMOVE *"),
+            QueueCmd::Latency(_) => across("QUEUE LATENCY *"),
+            QueueCmd::List => across("QUEUE LIST"),
+        },
+        Command::Jobs(q) => match &q.queue {
+            Some(queue) => Route::Part(partition_of(queue, parts)),
+            None => across("JOBS without a queue"),
+        },
+        Command::Info => Route::All,
+        Command::Cluster | Command::Hello(_) | Command::End => Route::Part(0),
+        Command::Beat { .. } | Command::Worker { .. } | Command::ClockAdvance { .. } => Route::All,
+        Command::Cron(c) => match c {
+            CronCmd::Add(_) => across("CRON ADD"),
+            _ => across("CRON"),
+        },
+        Command::Workflow(w) => match w {
+            WorkflowCmd::Create { .. } => across("a workflow"),
+            _ => across("WORKFLOW"),
+        },
+        Command::Dead(_) => across("DEAD listings and bulk actions"),
+        Command::Workers => across("WORKERS"),
+        Command::Overview => across("OVERVIEW"),
+        Command::StatsHistory { .. } => across("STATS HISTORY"),
+        Command::Subscribe { .. } => across("SUBSCRIBE"),
+        Command::Mutate(_) => across("MUTATE"),
+        Command::Flush => across("FLUSH"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_has_a_stable_partition() {
+        // Fixed values: a change of hash would move every queue of a running cluster.
+        assert_eq!(partition_of("default", 1), 0);
+        let p = partition_of("default", 64);
+        assert_eq!(p, partition_of("default", 64));
+        let d = Sha256::digest(b"default");
+        assert_eq!(p, u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % 64);
+        // Queues spread over the partitions.
+        let mut seen = [false; 8];
+        for i in 0..200 {
+            seen[partition_of(&format!("q{i}"), 8) as usize] = true;
+        }
+        assert!(seen.iter().all(|s| *s));
+    }
+
+    #[test]
+    fn one_partition_routes_everything_to_it() {
+        assert_eq!(route(&Command::Flush, 1), Route::Part(0));
+        assert_eq!(route(&Command::Info, 1), Route::Part(0));
+    }
+
+    #[test]
+    fn requests_route_by_queue_or_job() {
+        let parts = 8;
+        let (a, b) = (0..100)
+            .map(|i| format!("q{i}"))
+            .fold((None, None), |(a, b), q| match (&a, &b) {
+                (None, _) => (Some(q), b),
+                (Some(x), None) if partition_of(x, parts) != partition_of(&q, parts) => {
+                    (a, Some(q))
+                }
+                _ => (a, b),
+            });
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let fetch = |queues: Vec<String>| Command::Fetch {
+            queues,
+            count: None,
+            wait: None,
+        };
+        assert_eq!(
+            route(&fetch(vec![a.clone()]), parts),
+            Route::Part(partition_of(&a, parts))
+        );
+        assert_eq!(
+            route(&fetch(vec![b.clone(), a.clone(), b.clone()]), parts),
+            Route::Fetch(vec![partition_of(&b, parts), partition_of(&a, parts)])
+        );
+        assert_eq!(
+            route(&Command::Job { id: "x".into() }, parts),
+            Route::Job("x".into())
+        );
+        assert!(matches!(
+            route(&Command::Queue(QueueCmd::Pause(vec![a, b])), parts),
+            Route::Refused(_)
+        ));
+    }
+}

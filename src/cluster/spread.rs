@@ -1,0 +1,391 @@
+//! Requests that concern several partitions (cluster mode with more than one): a FETCH
+//! over queues of several partitions, an ACK-and-FETCH whose job and queues are in
+//! different ones, and what every partition answers (INFO, BEAT, worker directives).
+//!
+//! **A FETCH over several partitions** first asks each partition once without waiting, in
+//! the order of the queues that name them, and hands out the first job found; the queue
+//! order is kept within a partition, and across partitions as far as this first pass
+//! goes. If none has a job and the FETCH may wait, it waits on all of them at once and
+//! takes the first job offered; the others are cancelled, and a job one of them claimed
+//! meanwhile goes back to its queue without spending an attempt (`Command::Unclaim`, or
+//! the holder's side of a cancelled peer request). PROTOCOL.md §16 documents it.
+
+use super::router::{claimed_ids, ready, Cluster, Target};
+use crate::engine::api::{Info, InfoWorker, Totals};
+use crate::engine::request::Command;
+use crate::engine::{Answer, Answered, ConnId};
+use crate::error::OjsError;
+use futures_util::future::select_all;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// One partition's parked FETCH.
+struct Parked {
+    part: u32,
+    rx: oneshot::Receiver<Answered>,
+    /// Set when it was forwarded: the link and the request's id there, to cancel it.
+    remote: Option<(Arc<super::link::Link>, u64)>,
+}
+
+fn has_jobs(a: &Answered) -> bool {
+    match a {
+        Ok(Answer::Job(_)) => true,
+        Ok(Answer::Jobs(v)) => !v.is_empty(),
+        _ => false,
+    }
+}
+
+impl Cluster {
+    /// A FETCH over queues of the partitions `parts`, answered through the receiver.
+    pub(super) fn spawn_fetch(
+        self: &Arc<Self>,
+        parts: Vec<u32>,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+    ) -> oneshot::Receiver<Answered> {
+        let Command::Fetch {
+            queues,
+            count,
+            wait,
+        } = cmd
+        else {
+            return ready(Ok(Answer::Nothing));
+        };
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let (part, a) = me
+                .fetch_across(&parts, conn, wid.clone(), &queues, count, wait)
+                .await;
+            me.placed_from(part, &a);
+            me.deliver(part, conn, wid, tx, a).await;
+        });
+        rx
+    }
+
+    /// The FETCH of `queues` (those of several partitions): the answer and the partition
+    /// it came from.
+    async fn fetch_across(
+        self: &Arc<Self>,
+        parts: &[u32],
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        queues: &[String],
+        count: Option<usize>,
+        wait: Option<Duration>,
+    ) -> (u32, Answered) {
+        let total = self.parts();
+        let of = |p: u32| -> Vec<String> {
+            queues
+                .iter()
+                .filter(|q| super::route::partition_of(q, total) == p)
+                .cloned()
+                .collect()
+        };
+        let fetch = |p: u32, wait| Command::Fetch {
+            queues: of(p),
+            count,
+            wait,
+        };
+        // First pass: each partition once, without waiting.
+        let mut first_err: Option<OjsError> = None;
+        for &p in parts {
+            let a = self
+                .on(
+                    p,
+                    conn,
+                    wid.clone(),
+                    fetch(p, Some(Duration::ZERO)),
+                    0,
+                    false,
+                )
+                .await
+                .await
+                .unwrap_or_else(|_| Err(self_unreachable(self, p)));
+            match a {
+                Ok(Answer::Nothing) => {}
+                Ok(Answer::Jobs(ref v)) if v.is_empty() => {}
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+                a => return (p, a),
+            }
+        }
+        if wait == Some(Duration::ZERO) {
+            return (parts[0], first_err.map_or(Ok(Answer::Nothing), Err));
+        }
+        // Then wait on all of them; the first job offered wins.
+        let mut parked = Vec::with_capacity(parts.len());
+        for &p in parts {
+            let cmd = fetch(p, wait);
+            match self.target(p).await {
+                Ok(Target::Local(h)) => parked.push(Parked {
+                    part: p,
+                    rx: h.submit_with(conn, wid.clone(), cmd, 0, false).await,
+                    remote: None,
+                }),
+                Ok(Target::Remote(l)) => {
+                    let (id, rx) = l.submit(p, conn, wid.clone(), cmd, 0, false).await;
+                    parked.push(Parked {
+                        part: p,
+                        rx,
+                        remote: Some((l, id)),
+                    });
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        while !parked.is_empty() {
+            let (a, i, _) = select_all(parked.iter_mut().map(|w| &mut w.rx)).await;
+            let w = parked.swap_remove(i);
+            let a = a.unwrap_or_else(|_| Err(self_unreachable(self, w.part)));
+            if has_jobs(&a) {
+                self.cancel(parked, conn, wid).await;
+                return (w.part, a);
+            }
+            if let Err(e) = a {
+                first_err.get_or_insert(e);
+            }
+        }
+        (parts[0], first_err.map_or(Ok(Answer::Nothing), Err))
+    }
+
+    /// Stop waiting on `parked`; what a local engine handed out meanwhile goes back (a
+    /// holder does the same for a cancelled peer request).
+    async fn cancel(
+        self: &Arc<Self>,
+        parked: Vec<Parked>,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+    ) {
+        for mut w in parked {
+            match w.remote {
+                Some((l, id)) => l.cancel(id),
+                None => {
+                    w.rx.close();
+                    if let Ok(Ok(a)) = w.rx.try_recv() {
+                        let ids = claimed_ids(&a);
+                        if !ids.is_empty() {
+                            let _ = self
+                                .on(
+                                    w.part,
+                                    conn,
+                                    wid.clone(),
+                                    Command::Unclaim { ids },
+                                    0,
+                                    false,
+                                )
+                                .await
+                                .await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// An ACK-and-FETCH whose job is in partition `part`: one engine answers both when its
+    /// queues are in the same partition; otherwise the ACK, once durable, then the FETCH.
+    pub(super) async fn ack_fetch(
+        self: &Arc<Self>,
+        part: u32,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+    ) -> oneshot::Receiver<Answered> {
+        let Command::AckFetch {
+            id,
+            result,
+            queues,
+            wait,
+        } = cmd
+        else {
+            return ready(Ok(Answer::Nothing));
+        };
+        let total = self.parts();
+        let mut fetch_parts: Vec<u32> = Vec::new();
+        for q in &queues {
+            let p = super::route::partition_of(q, total);
+            if !fetch_parts.contains(&p) {
+                fetch_parts.push(p);
+            }
+        }
+        if fetch_parts == [part] {
+            let cmd = Command::AckFetch {
+                id,
+                result,
+                queues,
+                wait,
+            };
+            let rx = self.on(part, conn, wid.clone(), cmd, 0, false).await;
+            return self.placing_rx(part, conn, wid, rx);
+        }
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let ack = Command::Ack {
+                id,
+                result,
+                handed_out: false,
+            };
+            let acked = me
+                .on(part, conn, wid.clone(), ack, 0, false)
+                .await
+                .await
+                .unwrap_or_else(|_| Err(self_unreachable(&me, part)));
+            if let Err(e) = acked {
+                let _ = tx.send(Err(e));
+                return;
+            }
+            let (p, a) = match fetch_parts.as_slice() {
+                [] => (part, Ok(Answer::Nothing)),
+                _ => {
+                    me.fetch_across(&fetch_parts, conn, wid.clone(), &queues, None, wait)
+                        .await
+                }
+            };
+            me.placed_from(p, &a);
+            me.deliver(p, conn, wid, tx, a).await;
+        });
+        rx
+    }
+
+    fn placing_rx(
+        self: &Arc<Self>,
+        part: u32,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        rx: oneshot::Receiver<Answered>,
+    ) -> oneshot::Receiver<Answered> {
+        let (tx, out) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let a = rx
+                .await
+                .unwrap_or_else(|_| Err(self_unreachable(&me, part)));
+            me.placed_from(part, &a);
+            me.deliver(part, conn, wid, tx, a).await;
+        });
+        out
+    }
+
+    /// A request every partition answers (INFO, BEAT, WORKER, CLOCK ADVANCE), merged.
+    pub(super) fn spawn_all(
+        self: &Arc<Self>,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+    ) -> oneshot::Receiver<Answered> {
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut asked = Vec::new();
+            for p in 0..me.parts() {
+                asked.push(me.on(p, conn, wid.clone(), cmd.clone(), 0, false).await);
+            }
+            let mut answers = Vec::with_capacity(asked.len());
+            for (p, rx) in asked.into_iter().enumerate() {
+                answers.push(
+                    rx.await
+                        .unwrap_or_else(|_| Err(self_unreachable(&me, p as u32))),
+                );
+            }
+            let _ = tx.send(merge(&cmd, answers));
+        });
+        rx
+    }
+}
+
+fn self_unreachable(c: &Cluster, part: u32) -> OjsError {
+    OjsError::new(
+        crate::error::ErrorCode::BackendUnavailable,
+        format!(
+            "partition {part} of {} did not answer (its engine stopped or its holder was \
+             lost); retry",
+            c.parts()
+        ),
+    )
+}
+
+/// Every partition's answer to `cmd` as one. Any error wins for INFO (a count without a
+/// partition would be wrong); a BEAT answers the first directive any partition has for the
+/// worker; a WORKER directive succeeds if some partition knows the worker.
+fn merge(cmd: &Command, answers: Vec<Answered>) -> Answered {
+    match cmd {
+        Command::Info => {
+            let mut merged: Option<Info> = None;
+            for a in answers {
+                let Answer::Info(info) = a? else {
+                    continue;
+                };
+                merged = Some(match merged {
+                    None => *info,
+                    Some(m) => merge_info(m, *info),
+                });
+            }
+            Ok(merged.map_or(Answer::Nothing, |i| Answer::Info(Box::new(i))))
+        }
+        Command::Beat { .. } => {
+            let mut first_err = None;
+            let mut ok = false;
+            for a in answers {
+                match a {
+                    Ok(Answer::Directive(d)) => return Ok(Answer::Directive(d)),
+                    Ok(_) => ok = true,
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            match (ok, first_err) {
+                (false, Some(e)) => Err(e),
+                _ => Ok(Answer::Ok),
+            }
+        }
+        _ => {
+            // WORKER directives and CLOCK ADVANCE: done where it applied.
+            let mut first_err = None;
+            for a in answers {
+                match a {
+                    Ok(a) => return Ok(a),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            first_err.map_or(Ok(Answer::Ok), Err)
+        }
+    }
+}
+
+fn merge_info(mut a: Info, b: Info) -> Info {
+    let t: &mut Totals = &mut a.totals;
+    t.enqueued = t.enqueued.saturating_add(b.totals.enqueued);
+    t.completed = t.completed.saturating_add(b.totals.completed);
+    t.failed = t.failed.saturating_add(b.totals.failed);
+    t.jobs = t.jobs.saturating_add(b.totals.jobs);
+    t.dead = t.dead.saturating_add(b.totals.dead);
+    t.unique_keys = t.unique_keys.saturating_add(b.totals.unique_keys);
+    t.waiting_fetches = t.waiting_fetches.saturating_add(b.totals.waiting_fetches);
+    a.server.store_bytes = a.server.store_bytes.saturating_add(b.server.store_bytes);
+    a.queues.0.extend(b.queues.0);
+    a.queues.0.sort_by(|x, y| x.name.cmp(&y.name));
+    for w in b.workers {
+        match a.workers.iter_mut().find(|x| x.wid == w.wid) {
+            Some(x) => merge_worker(x, w),
+            None => a.workers.push(w),
+        }
+    }
+    a
+}
+
+fn merge_worker(a: &mut InfoWorker, b: InfoWorker) {
+    a.active_jobs = a.active_jobs.saturating_add(b.active_jobs);
+    if b.last_seen > a.last_seen {
+        a.last_seen = b.last_seen;
+    }
+}

@@ -1,0 +1,272 @@
+//! The router over several partitions, each with an engine of its own on this node (fjall
+//! stores in temporary dirs): routing by queue and by job id, a FETCH over queues of
+//! several partitions, an ACK-and-FETCH across them, and INFO summed. Forwarding between
+//! nodes is tested over real sockets and PostgreSQL in tests/partitions.rs.
+
+use super::route::partition_of;
+use super::Router;
+use crate::engine::intake::Intake;
+use crate::engine::request::Command;
+use crate::engine::{Answer, Config, EngineHandle, Shared};
+use crate::store::{self, StoreKind};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PARTS: u32 = 4;
+
+struct Node {
+    router: Router,
+    engines: Vec<(
+        EngineHandle,
+        std::thread::JoinHandle<Result<(), crate::store::StoreError>>,
+    )>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        for (h, _) in &self.engines {
+            h.shutdown();
+        }
+        for (_, t) in self.engines.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn node() -> Node {
+    let shared = Shared::new(Default::default());
+    let link_cfg = super::link::LinkConfig {
+        node: "n1".into(),
+        secret: None,
+        tls: None,
+        limits: super::proto::Limits::new(1 << 20, 1 << 20),
+        connect_timeout: Duration::from_secs(1),
+        lost: Arc::new(tokio::sync::Notify::new()),
+    };
+    let router = Router::cluster(Intake::default(), &shared, "fjall", link_cfg);
+    router.set_partitions(PARTS);
+    let mut engines = Vec::new();
+    let mut dirs = Vec::new();
+    for p in 0..PARTS {
+        let dir = tempfile::tempdir().unwrap();
+        let st = store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap();
+        let sh = Shared {
+            subscribers: shared.subscribers.clone(),
+            connections: shared.connections.clone(),
+            next_conn: shared.next_conn.clone(),
+        };
+        let (h, t) = crate::engine::start_with(st, Config::default(), sh).unwrap();
+        router.activate(p, h.clone());
+        engines.push((h, t));
+        dirs.push(dir);
+    }
+    Node {
+        router,
+        engines,
+        _dirs: dirs,
+    }
+}
+
+/// Two queue names in different partitions.
+fn two_queues() -> (String, String) {
+    let a = "qa".to_string();
+    let b = (0..)
+        .map(|i| format!("qb{i}"))
+        .find(|q| partition_of(q, PARTS) != partition_of(&a, PARTS))
+        .unwrap();
+    (a, b)
+}
+
+async fn push(r: &Router, queue: &str) -> String {
+    let job = Intake::default()
+        .job(json!({"type": "t", "args": [], "queue": queue}), 40)
+        .unwrap();
+    let id = job.job.id.clone();
+    let a = r
+        .call(
+            None,
+            Command::Push {
+                job: Box::new(job),
+                len: 40,
+                resend: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(a, Answer::Job(_)), "{a:?}");
+    id
+}
+
+async fn fetch(r: &Router, conn: u64, queues: &[&str], wait_ms: u64) -> Option<(String, String)> {
+    let cmd = Command::Fetch {
+        queues: queues.iter().map(|q| q.to_string()).collect(),
+        count: None,
+        wait: Some(Duration::from_millis(wait_ms)),
+    };
+    match r
+        .submit_on(Some(conn), None, cmd, 0)
+        .await
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Answer::Job(v) => {
+            let j = v.job().unwrap();
+            Some((j.id, j.queue))
+        }
+        Answer::Nothing => None,
+        a => panic!("{a:?}"),
+    }
+}
+
+async fn ack(r: &Router, conn: u64, id: &str) {
+    let cmd = Command::Ack {
+        id: id.to_string(),
+        result: None,
+        handed_out: false,
+    };
+    r.submit_on(Some(conn), None, cmd, 0)
+        .await
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+async fn state(r: &Router, id: &str) -> String {
+    match r.call(None, Command::Job { id: id.into() }).await.unwrap() {
+        Answer::Job(v) => v.job().unwrap().state.as_str().to_string(),
+        a => panic!("{a:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_go_to_their_queues_partition_and_are_found_by_id() {
+    let n = node();
+    let r = &n.router;
+    let (qa, qb) = two_queues();
+    let ida = push(r, &qa).await;
+    let idb = push(r, &qb).await;
+    // Each job is in its queue's partition's engine only.
+    for (id, q) in [(&ida, &qa), (&idb, &qb)] {
+        let p = partition_of(q, PARTS);
+        for (i, (h, _)) in n.engines.iter().enumerate() {
+            let a = h.call(None, Command::Job { id: id.clone() }).await;
+            assert_eq!(
+                a.is_ok(),
+                i as u32 == p,
+                "job of {q} in partition {i}: {a:?}"
+            );
+        }
+    }
+    // A FETCH over both takes the first queue's partition first.
+    let conn = r.connection_id();
+    let (got, queue) = fetch(r, conn, &[&qb, &qa], 0).await.unwrap();
+    assert_eq!((&got, &queue), (&idb, &qb));
+    ack(r, conn, &got).await;
+    assert_eq!(state(r, &idb).await, "completed");
+    let (got, _) = fetch(r, conn, &[&qb, &qa], 0).await.unwrap();
+    assert_eq!(got, ida);
+    assert!(fetch(r, conn, &[&qb, &qa], 0).await.is_none());
+    // INFO counts both partitions' jobs.
+    let Answer::Info(info) = r.call(None, Command::Info).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(info.totals.jobs, 2);
+    assert_eq!(info.queues.0.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_fetch_over_partitions_takes_the_first_job_and_leaves_the_rest() {
+    let n = node();
+    let r = n.router.clone();
+    let (qa, qb) = two_queues();
+    let conn = r.connection_id();
+    let waiting = {
+        let (r, qa, qb) = (r.clone(), qa.clone(), qb.clone());
+        tokio::spawn(async move { fetch(&r, conn, &[&qa, &qb], 5000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    let idb = push(&r, &qb).await;
+    let (got, _) = waiting.await.unwrap().unwrap();
+    assert_eq!(got, idb);
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    // The cancelled wait on qa's partition claims nothing: a job pushed there now is
+    // available to anyone at once.
+    let ida = push(&r, &qa).await;
+    assert_eq!(state(&r, &ida).await, "available");
+    let other = r.connection_id();
+    assert_eq!(fetch(&r, other, &[&qa], 0).await.unwrap().0, ida);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_and_fetch_across_partitions_acks_then_fetches() {
+    let n = node();
+    let r = &n.router;
+    let (qa, qb) = two_queues();
+    let ida = push(r, &qa).await;
+    let idb = push(r, &qb).await;
+    let conn = r.connection_id();
+    let (got, _) = fetch(r, conn, &[&qa], 0).await.unwrap();
+    assert_eq!(got, ida);
+    let cmd = Command::AckFetch {
+        id: ida.clone(),
+        result: None,
+        queues: vec![qb.clone()],
+        wait: Some(Duration::ZERO),
+    };
+    let a = r
+        .submit_on(Some(conn), None, cmd, 0)
+        .await
+        .await
+        .unwrap()
+        .unwrap();
+    let Answer::Job(v) = a else { panic!("{a:?}") };
+    assert_eq!(v.job().unwrap().id, idb);
+    assert_eq!(state(r, &ida).await, "completed");
+    assert_eq!(state(r, &idb).await, "active");
+    // A request that changes queues of two partitions at once is refused, not split.
+    let a = r
+        .call(
+            None,
+            Command::Queue(crate::engine::request::QueueCmd::Pause(vec![qa, qb])),
+        )
+        .await;
+    assert!(a.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_answer_nobody_waits_for_goes_back() {
+    let n = node();
+    let r = &n.router;
+    let (qa, qb) = two_queues();
+    let ida = push(r, &qa).await;
+    let conn = r.connection_id();
+    // The front end drops the receiver before the answer: the job is given back.
+    assert!(fetch(r, conn, &[&qb], 0).await.is_none());
+    let cmd = Command::Fetch {
+        queues: vec![qb.clone(), qa.clone()],
+        count: None,
+        wait: Some(Duration::ZERO),
+    };
+    drop(r.submit_on(Some(conn), None, cmd, 0).await);
+    // It was claimed (its attempt counted) and is available again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let Answer::Job(v) = r
+            .call(None, Command::Job { id: ida.clone() })
+            .await
+            .unwrap()
+        else {
+            panic!()
+        };
+        let j = v.job().unwrap();
+        if j.attempt >= 1 && j.state.as_str() == "available" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job stayed claimed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
