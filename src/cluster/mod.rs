@@ -15,7 +15,9 @@
 //! The engine knows nothing of this module.
 
 pub mod check;
+mod dispatch;
 pub mod link;
+mod merge;
 pub mod proto;
 pub mod route;
 pub mod router;

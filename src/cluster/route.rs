@@ -29,8 +29,12 @@ pub enum Route {
     /// A FETCH over queues of several partitions: those partitions, in the order of the
     /// queues that first name them.
     Fetch(Vec<u32>),
-    /// Each partition on its own, answers merged.
+    /// Each partition on its own, answers merged (a listing: each partition's first
+    /// `offset + limit`, merged in order, then the page cut out).
     All,
+    /// The one partition that knows the name (a cron registration, a workflow): each is
+    /// asked; the first answer that is not `NOT_FOUND` wins.
+    Find,
     /// Not served across partitions: why.
     Refused(String),
 }
@@ -65,12 +69,6 @@ pub fn route(cmd: &Command, parts: u32) -> Route {
     if parts <= 1 {
         return Route::Part(0);
     }
-    let across = |what: &str| {
-        Route::Refused(format!(
-            "{what} is not yet served across partitions in cluster mode (this cluster has \
-             {parts}; a cluster created with --partitions 1 serves it)"
-        ))
-    };
     match cmd {
         Command::Push { job, .. } => Route::Part(partition_of(&job.job.queue, parts)),
         Command::PushBatch(jobs) => {
@@ -112,32 +110,70 @@ pub fn route(cmd: &Command, parts: u32) -> Route {
             QueueCmd::Latency(v) if !v.iter().any(|q| q == "*") => {
                 one_or(v, parts, "QUEUE LATENCY")
             }
-            QueueCmd::Remove(_) => across("QUEUE REMOVE *"),
-            QueueCmd::Latency(_) => across("QUEUE LATENCY *"),
-            QueueCmd::List => across("QUEUE LIST"),
+            QueueCmd::Remove(_) | QueueCmd::Latency(_) | QueueCmd::List => Route::All,
         },
         Command::Jobs(q) => match &q.queue {
             Some(queue) => Route::Part(partition_of(queue, parts)),
-            None => across("JOBS without a queue"),
+            None => paged(q.offset, q.limit),
         },
-        Command::Info => Route::All,
+        Command::Dead(DeadCmd::List { offset, limit, .. })
+        | Command::Cron(CronCmd::List { offset, limit, .. })
+        | Command::Workflow(WorkflowCmd::List { offset, limit, .. }) => paged(*offset, *limit),
+        Command::Info
+        | Command::Beat { .. }
+        | Command::Worker { .. }
+        | Command::ClockAdvance { .. }
+        | Command::Workers
+        | Command::Overview
+        | Command::StatsHistory { .. }
+        | Command::Mutate(_)
+        | Command::Flush
+        | Command::Dead(_) => Route::All,
         Command::Cluster | Command::Hello(_) | Command::End => Route::Part(0),
-        Command::Beat { .. } | Command::Worker { .. } | Command::ClockAdvance { .. } => Route::All,
-        Command::Cron(c) => match c {
-            CronCmd::Add(_) => across("CRON ADD"),
-            _ => across("CRON"),
-        },
-        Command::Workflow(w) => match w {
-            WorkflowCmd::Create { .. } => across("a workflow"),
-            _ => across("WORKFLOW"),
-        },
-        Command::Dead(_) => across("DEAD listings and bulk actions"),
-        Command::Workers => across("WORKERS"),
-        Command::Overview => across("OVERVIEW"),
-        Command::StatsHistory { .. } => across("STATS HISTORY"),
-        Command::Subscribe { .. } => across("SUBSCRIBE"),
-        Command::Mutate(_) => across("MUTATE"),
-        Command::Flush => across("FLUSH"),
+        // A cron registration lives in the partition of the queue its jobs go to, so
+        // that its occurrences are enqueued by the engine that owns it.
+        Command::Cron(CronCmd::Add(def)) => Route::Part(partition_of(def.template.queue(), parts)),
+        Command::Cron(_) => Route::Find,
+        Command::Workflow(WorkflowCmd::Create { definition }) => {
+            let mut queues = Vec::new();
+            flow_queues(&definition.root, &mut queues);
+            one_or(
+                queues.iter(),
+                parts,
+                "a workflow whose jobs are in queues of several partitions",
+            )
+        }
+        Command::Workflow(_) => Route::Find,
+        Command::Subscribe { .. } => Route::Refused(format!(
+            "SUBSCRIBE is not yet served across partitions in cluster mode (this cluster \
+             has {parts}; one created with --partitions 1 serves it)"
+        )),
+    }
+}
+
+/// The deepest a listing may page across partitions: each is asked for its first
+/// `offset + limit`, within what one request may ask (`check::MAX_PAGE`).
+fn paged(offset: usize, limit: usize) -> Route {
+    match offset.checked_add(limit) {
+        Some(n) if n <= super::check::MAX_PAGE => Route::All,
+        _ => Route::Refused(format!(
+            "in cluster mode a listing pages at most {} entries deep (offset + limit); \
+             narrow it to one queue instead",
+            super::check::MAX_PAGE
+        )),
+    }
+}
+
+/// The queues of every job a workflow may enqueue, callbacks included.
+fn flow_queues(flow: &crate::workflow::Flow, out: &mut Vec<String>) {
+    for c in &flow.children {
+        match c {
+            crate::workflow::Def::Job(j) => out.push(j.template.queue().to_string()),
+            crate::workflow::Def::Flow(f) => flow_queues(f, out),
+        }
+    }
+    for (_, j) in &flow.callbacks {
+        out.push(j.template.queue().to_string());
     }
 }
 

@@ -10,11 +10,11 @@
 //! queues of several partitions, INFO).
 
 use super::link::{Link, LinkConfig};
-use super::route::{route, Route};
+
 use crate::engine::intake::Intake;
 use crate::engine::request::Command;
 use crate::engine::{Answer, Answered, ConnId, EngineHandle, Page, PageSource, Subscription};
-use crate::error::{ErrorCode, OjsError};
+use crate::error::OjsError;
 use crate::events::held::{Buffer, Pool, Reservation};
 use crate::events::{EventFilter, Start};
 use std::collections::HashMap;
@@ -28,10 +28,6 @@ use tokio::sync::oneshot;
 /// How long a forwarding node's subscriber waits before asking the holder for events
 /// again once it has read up to the head (there is no live feed across nodes yet).
 pub const REMOTE_POLL: Duration = Duration::from_millis(250);
-
-/// After a failed connection to a node, requests fail at once for this long instead of
-/// each trying again (the lease loop looks the holders up meanwhile).
-const RETRY_CONNECT_AFTER: Duration = Duration::from_millis(200);
 
 /// Job ids whose partition this node remembers (from the PUSHes and FETCHes it routed),
 /// so that a worker's ACK needs no lookup: about 100 bytes each.
@@ -90,44 +86,44 @@ pub struct Holding {
 }
 
 #[derive(Clone, Default)]
-struct Slot {
-    engine: Option<EngineHandle>,
-    holding: Holding,
+pub(super) struct Slot {
+    pub(super) engine: Option<EngineHandle>,
+    pub(super) holding: Holding,
 }
 
 #[derive(Default)]
-struct Links {
+pub(super) struct Links {
     /// By peer address.
-    open: HashMap<String, Arc<Link>>,
+    pub(super) open: HashMap<String, Arc<Link>>,
     /// When a connection to an address last failed, and why.
-    failed: HashMap<String, (Instant, String)>,
+    pub(super) failed: HashMap<String, (Instant, String)>,
 }
 
 /// A worker of this node's clients, registered with every engine that may hold its jobs.
-struct Worker {
-    info: serde_json::Value,
-    reserve: bool,
-    conns: u32,
+pub(super) struct Worker {
+    pub(super) info: serde_json::Value,
+    pub(super) reserve: bool,
+    pub(super) conns: u32,
 }
 
 /// A cluster node's routing state.
 pub struct Cluster {
-    intake: Intake,
-    subscribers: Arc<Pool>,
-    connections: Arc<AtomicUsize>,
+    pub(super) intake: Intake,
+    pub(super) subscribers: Arc<Pool>,
+    pub(super) connections: Arc<AtomicUsize>,
     /// Connection ids, shared with this node's engines; ids of connections made for
     /// forwarding start at 2^62, apart from those the engines' own peers use.
-    next_conn: Arc<AtomicU64>,
-    store_kind: &'static str,
+    pub(super) next_conn: Arc<AtomicU64>,
+    pub(super) store_kind: &'static str,
     /// Partitions in the cluster; 0 until the store has said.
-    parts: AtomicU32,
-    slots: RwLock<Vec<Slot>>,
-    links: Mutex<Links>,
-    connecting: tokio::sync::Mutex<()>,
-    link_cfg: LinkConfig,
-    placed: quick_cache::sync::Cache<String, u32>,
-    locator: OnceLock<Locator>,
-    workers: Mutex<HashMap<Arc<str>, Worker>>,
+    pub(super) parts: AtomicU32,
+    pub(super) slots: RwLock<Vec<Slot>>,
+    pub(super) links: Mutex<Links>,
+    pub(super) connecting: tokio::sync::Mutex<()>,
+    pub(super) link_cfg: LinkConfig,
+    pub(super) placed: quick_cache::sync::Cache<String, u32>,
+    pub(super) locator: OnceLock<Locator>,
+    pub(super) workers: Mutex<HashMap<Arc<str>, Worker>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -606,291 +602,5 @@ impl PageSource for Router {
                 has_more,
             })
         })
-    }
-}
-
-impl Cluster {
-    pub(super) fn parts(&self) -> u32 {
-        self.parts.load(Ordering::Acquire)
-    }
-
-    fn slot(&self, part: u32) -> Option<Slot> {
-        self.slots
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(part as usize)
-            .cloned()
-    }
-
-    /// What is not served across partitions yet (the event log, metrics).
-    fn single(&self, what: &str) -> Result<(), OjsError> {
-        match self.parts() {
-            0 | 1 => Ok(()),
-            n => Err(OjsError::new(
-                ErrorCode::BackendError,
-                format!(
-                    "{what} is not yet served across partitions in cluster mode (this \
-                     cluster has {n}; one created with --partitions 1 serves it)"
-                ),
-            )),
-        }
-    }
-
-    fn unreachable(&self, part: Option<u32>, why: &str) -> OjsError {
-        let owner = part
-            .and_then(|p| self.slot(p))
-            .and_then(|s| s.holding.owner);
-        let which = match part {
-            Some(p) if self.parts() > 1 => format!("partition {p}"),
-            _ => "the partition".to_string(),
-        };
-        OjsError::new(
-            ErrorCode::BackendUnavailable,
-            match owner {
-                Some(o) => {
-                    format!("the node holding {which} ({o}) cannot be reached: {why}; retry")
-                }
-                None => format!("no node holds {which} at the moment ({why}); retry"),
-            },
-        )
-    }
-
-    /// The peer addresses of the nodes holding partitions this node does not.
-    fn remote_addrs(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for s in self.slots.read().unwrap_or_else(|p| p.into_inner()).iter() {
-            if s.engine.is_some() || !s.holding.live {
-                continue;
-            }
-            if let Some(a) = &s.holding.addr {
-                if !out.contains(a) {
-                    out.push(a.clone());
-                }
-            }
-        }
-        out
-    }
-
-    /// Where `part`'s requests go now.
-    pub(super) async fn target(self: &Arc<Self>, part: u32) -> Result<Target, OjsError> {
-        let Some(slot) = self.slot(part) else {
-            return Err(self.unreachable(None, "no holder known yet"));
-        };
-        if let Some(e) = slot.engine {
-            return Ok(Target::Local(e));
-        }
-        let h = slot.holding;
-        let Some(addr) = h.addr else {
-            self.link_cfg.lost.notify_one();
-            return Err(match h.owner {
-                Some(o) => self.unreachable(
-                    Some(part),
-                    &format!("node {o} has no --peer-listen address"),
-                ),
-                None => self.unreachable(Some(part), "no holder known yet"),
-            });
-        };
-        self.link(&addr)
-            .await
-            .map(Target::Remote)
-            .map_err(|e| self.unreachable(Some(part), &e))
-    }
-
-    /// The connection to the node at `addr`, made if needed (one attempt at a time).
-    async fn link(self: &Arc<Self>, addr: &str) -> Result<Arc<Link>, String> {
-        let open = |links: &Links| links.open.get(addr).filter(|l| l.is_open()).cloned();
-        if let Some(l) = open(&lock(&self.links)) {
-            return Ok(l);
-        }
-        let _one = self.connecting.lock().await;
-        {
-            let links = lock(&self.links);
-            if let Some(l) = open(&links) {
-                return Ok(l);
-            }
-            if let Some((at, why)) = links.failed.get(addr) {
-                if at.elapsed() < RETRY_CONNECT_AFTER {
-                    return Err(why.clone());
-                }
-            }
-        }
-        match Link::connect(addr, &self.link_cfg).await {
-            Ok(l) => {
-                tracing::info!(owner = %l.owner, %addr, "connected to the partition's holder");
-                // The node's workers are known there too.
-                for (wid, w) in lock(&self.workers).iter() {
-                    for _ in 0..w.conns {
-                        l.tell(&super::proto::ToOwner::Register {
-                            wid: wid.to_string(),
-                            info: w.info.clone(),
-                            reserve: w.reserve,
-                        });
-                    }
-                }
-                let mut links = lock(&self.links);
-                links.failed.remove(addr);
-                if let Some(old) = links.open.insert(addr.to_string(), l.clone()) {
-                    old.shutdown();
-                }
-                Ok(l)
-            }
-            Err(e) => {
-                tracing::warn!(%addr, error = %e, "cannot reach a partition's holder");
-                lock(&self.links)
-                    .failed
-                    .insert(addr.to_string(), (Instant::now(), e.clone()));
-                self.link_cfg.lost.notify_one();
-                Err(e)
-            }
-        }
-    }
-
-    /// Run `cmd` on `part`'s engine, here or at its holder.
-    pub(super) async fn on(
-        self: &Arc<Self>,
-        part: u32,
-        conn: Option<ConnId>,
-        wid: Option<Arc<str>>,
-        cmd: Command,
-        bytes: usize,
-        viewed: bool,
-    ) -> oneshot::Receiver<Answered> {
-        match self.target(part).await {
-            Ok(Target::Local(h)) => h.submit_with(conn, wid, cmd, bytes, viewed).await,
-            Ok(Target::Remote(l)) => l.submit(part, conn, wid, cmd, bytes, viewed).await.1,
-            Err(e) => ready(Err(e)),
-        }
-    }
-
-    /// The partition holding job `id`: remembered, or looked up.
-    pub(super) async fn place(&self, id: &str) -> Result<u32, OjsError> {
-        if let Some(p) = self.placed.get(id) {
-            return Ok(p);
-        }
-        let (Ok(uid), Some(locate)) = (uuid::Uuid::parse_str(id), self.locator.get()) else {
-            // Not an id any partition holds: the engine there answers so.
-            return Ok(0);
-        };
-        match locate(uid).await {
-            Ok(Some(p)) if p < self.parts() => {
-                self.placed.insert(id.to_string(), p);
-                Ok(p)
-            }
-            Ok(_) => Ok(0),
-            Err(e) => Err(OjsError::new(
-                ErrorCode::BackendUnavailable,
-                format!("cannot find the partition of job {id}: {e}; retry"),
-            )),
-        }
-    }
-
-    /// Remember the partition of the jobs an answer handed out.
-    pub(super) fn placed_from(&self, part: u32, a: &Answered) {
-        if let Ok(a) = a {
-            for id in claimed_ids(a) {
-                self.placed.insert(id, part);
-            }
-        }
-    }
-
-    async fn dispatch(
-        self: &Arc<Self>,
-        conn: Option<ConnId>,
-        wid: Option<Arc<str>>,
-        cmd: Command,
-        bytes: usize,
-        viewed: bool,
-    ) -> oneshot::Receiver<Answered> {
-        let parts = self.parts();
-        if parts == 0 {
-            self.link_cfg.lost.notify_one();
-            return ready(Err(self.unreachable(None, "no holder known yet")));
-        }
-        match route(&cmd, parts) {
-            Route::Part(p) => {
-                if parts > 1 {
-                    match &cmd {
-                        Command::Push { job, .. } => {
-                            self.placed.insert(job.job.id.clone(), p);
-                        }
-                        Command::PushBatch(jobs) | Command::PushEach(jobs) => {
-                            for (j, _) in jobs {
-                                self.placed.insert(j.job.id.clone(), p);
-                            }
-                        }
-                        Command::Fetch { .. } => {
-                            let rx = self.on(p, conn, wid.clone(), cmd, bytes, viewed).await;
-                            return self.placing(p, conn, wid, rx);
-                        }
-                        _ => {}
-                    }
-                }
-                self.on(p, conn, wid, cmd, bytes, viewed).await
-            }
-            Route::Job(id) => match self.place(&id).await {
-                Ok(p) => match cmd {
-                    Command::AckFetch { .. } => self.ack_fetch(p, conn, wid, cmd).await,
-                    cmd => self.on(p, conn, wid, cmd, bytes, viewed).await,
-                },
-                Err(e) => ready(Err(e)),
-            },
-            Route::Fetch(ps) => match cmd {
-                Command::AckFetch { .. } => match self.place(&ack_id(&cmd)).await {
-                    Ok(p) => self.ack_fetch(p, conn, wid, cmd).await,
-                    Err(e) => ready(Err(e)),
-                },
-                cmd => self.spawn_fetch(ps, conn, wid, cmd),
-            },
-            Route::All => self.spawn_all(conn, wid, cmd),
-            Route::Refused(why) => ready(Err(OjsError::new(ErrorCode::InvalidPayload, why))),
-        }
-    }
-
-    /// `rx`, with the partition of the jobs it hands out remembered on the way.
-    fn placing(
-        self: &Arc<Self>,
-        part: u32,
-        conn: Option<ConnId>,
-        wid: Option<Arc<str>>,
-        rx: oneshot::Receiver<Answered>,
-    ) -> oneshot::Receiver<Answered> {
-        let (tx, out) = oneshot::channel();
-        let me = self.clone();
-        tokio::spawn(async move {
-            let a = rx
-                .await
-                .unwrap_or_else(|_| Err(me.unreachable(Some(part), "no answer")));
-            me.placed_from(part, &a);
-            me.deliver(part, conn, wid, tx, a).await;
-        });
-        out
-    }
-
-    /// Send `a` to the waiting front end; jobs it handed out go back if nobody waits.
-    pub(super) async fn deliver(
-        self: &Arc<Self>,
-        part: u32,
-        conn: Option<ConnId>,
-        wid: Option<Arc<str>>,
-        tx: oneshot::Sender<Answered>,
-        a: Answered,
-    ) {
-        if let Err(Ok(a)) = tx.send(a) {
-            let ids = claimed_ids(&a);
-            if !ids.is_empty() {
-                let _ = self
-                    .on(part, conn, wid, Command::Unclaim { ids }, 0, false)
-                    .await
-                    .await;
-            }
-        }
-    }
-}
-
-/// The id of an ACK-and-FETCH.
-fn ack_id(cmd: &Command) -> String {
-    match cmd {
-        Command::AckFetch { id, .. } => id.clone(),
-        _ => String::new(),
     }
 }

@@ -10,9 +10,9 @@
 //! meanwhile goes back to its queue without spending an attempt (`Command::Unclaim`, or
 //! the holder's side of a cancelled peer request). PROTOCOL.md §16 documents it.
 
+use super::merge::{merge, per_partition};
 use super::router::{claimed_ids, ready, Cluster, Target};
-use crate::engine::api::{Info, InfoWorker, Totals};
-use crate::engine::request::Command;
+use crate::engine::request::{Command, CronCmd};
 use crate::engine::{Answer, Answered, ConnId};
 use crate::error::OjsError;
 use futures_util::future::select_all;
@@ -283,18 +283,97 @@ impl Cluster {
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
         tokio::spawn(async move {
-            let mut asked = Vec::new();
-            for p in 0..me.parts() {
-                asked.push(me.on(p, conn, wid.clone(), cmd.clone(), 0, false).await);
-            }
-            let mut answers = Vec::with_capacity(asked.len());
-            for (p, rx) in asked.into_iter().enumerate() {
-                answers.push(
-                    rx.await
-                        .unwrap_or_else(|_| Err(self_unreachable(&me, p as u32))),
-                );
-            }
+            let answers = me.ask_all(conn, wid, &per_partition(&cmd)).await;
             let _ = tx.send(merge(&cmd, answers));
+        });
+        rx
+    }
+
+    /// `cmd` on every partition, their answers in partition order.
+    async fn ask_all(
+        self: &Arc<Self>,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: &Command,
+    ) -> Vec<Answered> {
+        let mut asked = Vec::new();
+        for p in 0..self.parts() {
+            asked.push(self.on(p, conn, wid.clone(), cmd.clone(), 0, false).await);
+        }
+        let mut answers = Vec::with_capacity(asked.len());
+        for (p, rx) in asked.into_iter().enumerate() {
+            answers.push(
+                rx.await
+                    .unwrap_or_else(|_| Err(self_unreachable(self, p as u32))),
+            );
+        }
+        answers
+    }
+
+    /// A request about a named thing that lives in one partition (a cron registration, a
+    /// workflow): the first answer that is not `NOT_FOUND`, or that.
+    pub(super) fn spawn_find(
+        self: &Arc<Self>,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+        viewed: bool,
+    ) -> oneshot::Receiver<Answered> {
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut last = Err(OjsError::new(
+                crate::error::ErrorCode::NotFound,
+                "not found",
+            ));
+            for p in 0..me.parts() {
+                let a = me
+                    .on(p, conn, wid.clone(), cmd.clone(), 0, viewed)
+                    .await
+                    .await
+                    .unwrap_or_else(|_| Err(self_unreachable(&me, p)));
+                let found = !matches!(&a, Err(e) if e.code == crate::error::ErrorCode::NotFound);
+                last = a;
+                if found {
+                    break;
+                }
+            }
+            let _ = tx.send(last);
+        });
+        rx
+    }
+
+    /// CRON ADD on its queue's partition `part`; a registration of the same name in
+    /// another partition (its queue changed) is removed once the new one is in.
+    pub(super) fn spawn_cron_add(
+        self: &Arc<Self>,
+        part: u32,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+    ) -> oneshot::Receiver<Answered> {
+        let Command::Cron(CronCmd::Add(def)) = &cmd else {
+            return ready(Ok(Answer::Nothing));
+        };
+        let name = def.name.clone();
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut a = me
+                .on(part, None, wid.clone(), cmd, 0, false)
+                .await
+                .await
+                .unwrap_or_else(|_| Err(self_unreachable(&me, part)));
+            if a.is_ok() {
+                for p in (0..me.parts()).filter(|p| *p != part) {
+                    let del = Command::Cron(CronCmd::Del(name.clone()));
+                    let gone = me.on(p, None, wid.clone(), del, 0, false).await.await;
+                    if let (Ok(Ok(_)), Ok(Answer::CronJob(j))) = (&gone, &mut a) {
+                        // It replaced the one in the other partition.
+                        j.created = Some(false);
+                    }
+                }
+            }
+            let _ = tx.send(a);
         });
         rx
     }
@@ -309,83 +388,4 @@ fn self_unreachable(c: &Cluster, part: u32) -> OjsError {
             c.parts()
         ),
     )
-}
-
-/// Every partition's answer to `cmd` as one. Any error wins for INFO (a count without a
-/// partition would be wrong); a BEAT answers the first directive any partition has for the
-/// worker; a WORKER directive succeeds if some partition knows the worker.
-fn merge(cmd: &Command, answers: Vec<Answered>) -> Answered {
-    match cmd {
-        Command::Info => {
-            let mut merged: Option<Info> = None;
-            for a in answers {
-                let Answer::Info(info) = a? else {
-                    continue;
-                };
-                merged = Some(match merged {
-                    None => *info,
-                    Some(m) => merge_info(m, *info),
-                });
-            }
-            Ok(merged.map_or(Answer::Nothing, |i| Answer::Info(Box::new(i))))
-        }
-        Command::Beat { .. } => {
-            let mut first_err = None;
-            let mut ok = false;
-            for a in answers {
-                match a {
-                    Ok(Answer::Directive(d)) => return Ok(Answer::Directive(d)),
-                    Ok(_) => ok = true,
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            match (ok, first_err) {
-                (false, Some(e)) => Err(e),
-                _ => Ok(Answer::Ok),
-            }
-        }
-        _ => {
-            // WORKER directives and CLOCK ADVANCE: done where it applied.
-            let mut first_err = None;
-            for a in answers {
-                match a {
-                    Ok(a) => return Ok(a),
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            first_err.map_or(Ok(Answer::Ok), Err)
-        }
-    }
-}
-
-fn merge_info(mut a: Info, b: Info) -> Info {
-    let t: &mut Totals = &mut a.totals;
-    t.enqueued = t.enqueued.saturating_add(b.totals.enqueued);
-    t.completed = t.completed.saturating_add(b.totals.completed);
-    t.failed = t.failed.saturating_add(b.totals.failed);
-    t.jobs = t.jobs.saturating_add(b.totals.jobs);
-    t.dead = t.dead.saturating_add(b.totals.dead);
-    t.unique_keys = t.unique_keys.saturating_add(b.totals.unique_keys);
-    t.waiting_fetches = t.waiting_fetches.saturating_add(b.totals.waiting_fetches);
-    a.server.store_bytes = a.server.store_bytes.saturating_add(b.server.store_bytes);
-    a.queues.0.extend(b.queues.0);
-    a.queues.0.sort_by(|x, y| x.name.cmp(&y.name));
-    for w in b.workers {
-        match a.workers.iter_mut().find(|x| x.wid == w.wid) {
-            Some(x) => merge_worker(x, w),
-            None => a.workers.push(w),
-        }
-    }
-    a
-}
-
-fn merge_worker(a: &mut InfoWorker, b: InfoWorker) {
-    a.active_jobs = a.active_jobs.saturating_add(b.active_jobs);
-    if b.last_seen > a.last_seen {
-        a.last_seen = b.last_seen;
-    }
 }

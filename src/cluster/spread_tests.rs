@@ -270,3 +270,93 @@ async fn a_fetch_answer_nobody_waits_for_goes_back() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_merge_the_partitions_pages() {
+    use crate::engine::request::{CronCmd, JobsQuery, QueueCmd, WorkflowCmd};
+    let n = node();
+    let r = &n.router;
+    let (qa, qb) = two_queues();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(push(r, if i % 2 == 0 { &qa } else { &qb }).await);
+    }
+    // JOBS over every queue: newest first across partitions, paged.
+    let page = |offset, limit| {
+        Command::Jobs(JobsQuery {
+            queue: None,
+            state: None,
+            limit,
+            offset,
+        })
+    };
+    let Answer::JobPage(p) = r.call(None, page(1, 3)).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(p.total, 6);
+    let got: Vec<String> = p.jobs.iter().map(|j| j.job().unwrap().id).collect();
+    let want: Vec<String> = ids.iter().rev().skip(1).take(3).cloned().collect();
+    assert_eq!(got, want);
+    // QUEUE LIST has both queues.
+    let Answer::Queues(l) = r.call(None, Command::Queue(QueueCmd::List)).await.unwrap() else {
+        panic!()
+    };
+    let names: Vec<&str> = l.queues.iter().map(|q| q.name.as_str()).collect();
+    assert!(
+        names.contains(&qa.as_str()) && names.contains(&qb.as_str()),
+        "{names:?}"
+    );
+    // A cron registration lives in its queue's partition; moved when its queue changes.
+    let add = |queue: &str| {
+        let def = Intake::default()
+            .cron(&json!({"name": "nightly", "cron": "0 3 * * *", "type": "t",
+                "args": [], "options": {"queue": queue}}))
+            .unwrap();
+        Command::Cron(CronCmd::Add(Box::new(def)))
+    };
+    let held = |p: u32| {
+        let h = n.engines[p as usize].0.clone();
+        async move {
+            h.call(None, Command::Cron(CronCmd::Get("nightly".into())))
+                .await
+                .is_ok()
+        }
+    };
+    r.call(None, add(&qa)).await.unwrap();
+    assert!(held(partition_of(&qa, PARTS)).await);
+    r.call(None, add(&qb)).await.unwrap();
+    assert!(held(partition_of(&qb, PARTS)).await);
+    assert!(!held(partition_of(&qa, PARTS)).await);
+    assert!(r
+        .call(None, Command::Cron(CronCmd::Get("nightly".into())))
+        .await
+        .is_ok());
+    let list = Command::Cron(CronCmd::List {
+        enabled: None,
+        limit: 10,
+        offset: 0,
+    });
+    let Answer::CronPage(c) = r.call(None, list).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(c.count, 1);
+    // A workflow whose jobs are in one partition is served; across two it is refused.
+    let wf = |q1: &str, q2: &str| {
+        let def = Intake::default()
+            .workflow(&json!({"type": "chain", "name": "w", "steps": [
+                {"type": "t", "args": [], "options": {"queue": q1}},
+                {"type": "t", "args": [], "options": {"queue": q2}}]}))
+            .unwrap();
+        Command::Workflow(WorkflowCmd::Create {
+            definition: Box::new(def),
+        })
+    };
+    let Answer::Workflow(w) = r.call(None, wf(&qb, &qb)).await.unwrap() else {
+        panic!()
+    };
+    assert!(r
+        .call(None, Command::Workflow(WorkflowCmd::Get(w.id.clone())))
+        .await
+        .is_ok());
+    assert!(r.call(None, wf(&qa, &qb)).await.is_err());
+}

@@ -55,6 +55,11 @@ impl Template {
         Template::parse(envelope, Utc::now(), &unbounded)
     }
 
+    /// The queue every instance goes to.
+    pub fn queue(&self) -> &str {
+        &self.new.job.queue
+    }
+
     pub fn job_type(&self) -> &str {
         &self.new.job.job_type
     }

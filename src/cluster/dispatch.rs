@@ -1,0 +1,313 @@
+//! The routing state's inner workings: where a partition's requests go (this node's
+//! engine or a link to its holder, made on first use and kept per node), a job's
+//! partition (remembered, or looked up), and the dispatch of one request by its
+//! [`Route`](super::route::Route).
+
+use super::link::Link;
+use super::route::{route, Route};
+use super::router::{claimed_ids, ready, Cluster, Links, Slot, Target};
+use crate::engine::request::Command;
+use crate::engine::{Answered, ConnId};
+use crate::error::{ErrorCode, OjsError};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// After a failed connection to a node, requests fail at once for this long instead of
+/// each trying again (the lease loop looks the holders up meanwhile).
+const RETRY_CONNECT_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cluster {
+    pub(super) fn parts(&self) -> u32 {
+        self.parts.load(Ordering::Acquire)
+    }
+
+    pub(super) fn slot(&self, part: u32) -> Option<Slot> {
+        self.slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(part as usize)
+            .cloned()
+    }
+
+    /// What is not served across partitions yet (the event log, metrics).
+    pub(super) fn single(&self, what: &str) -> Result<(), OjsError> {
+        match self.parts() {
+            0 | 1 => Ok(()),
+            n => Err(OjsError::new(
+                ErrorCode::BackendError,
+                format!(
+                    "{what} is not yet served across partitions in cluster mode (this \
+                     cluster has {n}; one created with --partitions 1 serves it)"
+                ),
+            )),
+        }
+    }
+
+    pub(super) fn unreachable(&self, part: Option<u32>, why: &str) -> OjsError {
+        let owner = part
+            .and_then(|p| self.slot(p))
+            .and_then(|s| s.holding.owner);
+        let which = match part {
+            Some(p) if self.parts() > 1 => format!("partition {p}"),
+            _ => "the partition".to_string(),
+        };
+        OjsError::new(
+            ErrorCode::BackendUnavailable,
+            match owner {
+                Some(o) => {
+                    format!("the node holding {which} ({o}) cannot be reached: {why}; retry")
+                }
+                None => format!("no node holds {which} at the moment ({why}); retry"),
+            },
+        )
+    }
+
+    /// The peer addresses of the nodes holding partitions this node does not.
+    pub(super) fn remote_addrs(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for s in self.slots.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            if s.engine.is_some() || !s.holding.live {
+                continue;
+            }
+            if let Some(a) = &s.holding.addr {
+                if !out.contains(a) {
+                    out.push(a.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Where `part`'s requests go now.
+    pub(super) async fn target(self: &Arc<Self>, part: u32) -> Result<Target, OjsError> {
+        let Some(slot) = self.slot(part) else {
+            return Err(self.unreachable(None, "no holder known yet"));
+        };
+        if let Some(e) = slot.engine {
+            return Ok(Target::Local(e));
+        }
+        let h = slot.holding;
+        let Some(addr) = h.addr else {
+            self.link_cfg.lost.notify_one();
+            return Err(match h.owner {
+                Some(o) => self.unreachable(
+                    Some(part),
+                    &format!("node {o} has no --peer-listen address"),
+                ),
+                None => self.unreachable(Some(part), "no holder known yet"),
+            });
+        };
+        self.link(&addr)
+            .await
+            .map(Target::Remote)
+            .map_err(|e| self.unreachable(Some(part), &e))
+    }
+
+    /// The connection to the node at `addr`, made if needed (one attempt at a time).
+    pub(super) async fn link(self: &Arc<Self>, addr: &str) -> Result<Arc<Link>, String> {
+        let open = |links: &Links| links.open.get(addr).filter(|l| l.is_open()).cloned();
+        if let Some(l) = open(&lock(&self.links)) {
+            return Ok(l);
+        }
+        let _one = self.connecting.lock().await;
+        {
+            let links = lock(&self.links);
+            if let Some(l) = open(&links) {
+                return Ok(l);
+            }
+            if let Some((at, why)) = links.failed.get(addr) {
+                if at.elapsed() < RETRY_CONNECT_AFTER {
+                    return Err(why.clone());
+                }
+            }
+        }
+        match Link::connect(addr, &self.link_cfg).await {
+            Ok(l) => {
+                tracing::info!(owner = %l.owner, %addr, "connected to the partition's holder");
+                // The node's workers are known there too.
+                for (wid, w) in lock(&self.workers).iter() {
+                    for _ in 0..w.conns {
+                        l.tell(&super::proto::ToOwner::Register {
+                            wid: wid.to_string(),
+                            info: w.info.clone(),
+                            reserve: w.reserve,
+                        });
+                    }
+                }
+                let mut links = lock(&self.links);
+                links.failed.remove(addr);
+                if let Some(old) = links.open.insert(addr.to_string(), l.clone()) {
+                    old.shutdown();
+                }
+                Ok(l)
+            }
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "cannot reach a partition's holder");
+                lock(&self.links)
+                    .failed
+                    .insert(addr.to_string(), (Instant::now(), e.clone()));
+                self.link_cfg.lost.notify_one();
+                Err(e)
+            }
+        }
+    }
+
+    /// Run `cmd` on `part`'s engine, here or at its holder.
+    pub(super) async fn on(
+        self: &Arc<Self>,
+        part: u32,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+        bytes: usize,
+        viewed: bool,
+    ) -> oneshot::Receiver<Answered> {
+        match self.target(part).await {
+            Ok(Target::Local(h)) => h.submit_with(conn, wid, cmd, bytes, viewed).await,
+            Ok(Target::Remote(l)) => l.submit(part, conn, wid, cmd, bytes, viewed).await.1,
+            Err(e) => ready(Err(e)),
+        }
+    }
+
+    /// The partition holding job `id`: remembered, or looked up.
+    pub(super) async fn place(&self, id: &str) -> Result<u32, OjsError> {
+        if let Some(p) = self.placed.get(id) {
+            return Ok(p);
+        }
+        let (Ok(uid), Some(locate)) = (uuid::Uuid::parse_str(id), self.locator.get()) else {
+            // Not an id any partition holds: the engine there answers so.
+            return Ok(0);
+        };
+        match locate(uid).await {
+            Ok(Some(p)) if p < self.parts() => {
+                self.placed.insert(id.to_string(), p);
+                Ok(p)
+            }
+            Ok(_) => Ok(0),
+            Err(e) => Err(OjsError::new(
+                ErrorCode::BackendUnavailable,
+                format!("cannot find the partition of job {id}: {e}; retry"),
+            )),
+        }
+    }
+
+    /// Remember the partition of the jobs an answer handed out.
+    pub(super) fn placed_from(&self, part: u32, a: &Answered) {
+        if let Ok(a) = a {
+            for id in claimed_ids(a) {
+                self.placed.insert(id, part);
+            }
+        }
+    }
+
+    pub(super) async fn dispatch(
+        self: &Arc<Self>,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        cmd: Command,
+        bytes: usize,
+        viewed: bool,
+    ) -> oneshot::Receiver<Answered> {
+        let parts = self.parts();
+        if parts == 0 {
+            self.link_cfg.lost.notify_one();
+            return ready(Err(self.unreachable(None, "no holder known yet")));
+        }
+        match route(&cmd, parts) {
+            Route::Part(p) => {
+                if parts > 1 {
+                    match &cmd {
+                        Command::Push { job, .. } => {
+                            self.placed.insert(job.job.id.clone(), p);
+                        }
+                        Command::PushBatch(jobs) | Command::PushEach(jobs) => {
+                            for (j, _) in jobs {
+                                self.placed.insert(j.job.id.clone(), p);
+                            }
+                        }
+                        Command::Fetch { .. } => {
+                            let rx = self.on(p, conn, wid.clone(), cmd, bytes, viewed).await;
+                            return self.placing(p, conn, wid, rx);
+                        }
+                        Command::Cron(crate::engine::request::CronCmd::Add(_)) => {
+                            return self.spawn_cron_add(p, wid, cmd);
+                        }
+                        _ => {}
+                    }
+                }
+                self.on(p, conn, wid, cmd, bytes, viewed).await
+            }
+            Route::Job(id) => match self.place(&id).await {
+                Ok(p) => match cmd {
+                    Command::AckFetch { .. } => self.ack_fetch(p, conn, wid, cmd).await,
+                    cmd => self.on(p, conn, wid, cmd, bytes, viewed).await,
+                },
+                Err(e) => ready(Err(e)),
+            },
+            Route::Fetch(ps) => match cmd {
+                Command::AckFetch { .. } => match self.place(&ack_id(&cmd)).await {
+                    Ok(p) => self.ack_fetch(p, conn, wid, cmd).await,
+                    Err(e) => ready(Err(e)),
+                },
+                cmd => self.spawn_fetch(ps, conn, wid, cmd),
+            },
+            Route::All => self.spawn_all(conn, wid, cmd),
+            Route::Find => self.spawn_find(conn, wid, cmd, viewed),
+            Route::Refused(why) => ready(Err(OjsError::new(ErrorCode::InvalidPayload, why))),
+        }
+    }
+
+    /// `rx`, with the partition of the jobs it hands out remembered on the way.
+    pub(super) fn placing(
+        self: &Arc<Self>,
+        part: u32,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        rx: oneshot::Receiver<Answered>,
+    ) -> oneshot::Receiver<Answered> {
+        let (tx, out) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let a = rx
+                .await
+                .unwrap_or_else(|_| Err(me.unreachable(Some(part), "no answer")));
+            me.placed_from(part, &a);
+            me.deliver(part, conn, wid, tx, a).await;
+        });
+        out
+    }
+
+    /// Send `a` to the waiting front end; jobs it handed out go back if nobody waits.
+    pub(super) async fn deliver(
+        self: &Arc<Self>,
+        part: u32,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        tx: oneshot::Sender<Answered>,
+        a: Answered,
+    ) {
+        if let Err(Ok(a)) = tx.send(a) {
+            let ids = claimed_ids(&a);
+            if !ids.is_empty() {
+                let _ = self
+                    .on(part, conn, wid, Command::Unclaim { ids }, 0, false)
+                    .await
+                    .await;
+            }
+        }
+    }
+}
+
+/// The id of an ACK-and-FETCH.
+fn ack_id(cmd: &Command) -> String {
+    match cmd {
+        Command::AckFetch { id, .. } => id.clone(),
+        _ => String::new(),
+    }
+}
