@@ -35,15 +35,28 @@ impl Cluster {
             .cloned()
     }
 
-    /// What is not served across partitions yet (the event log, metrics).
-    pub(super) fn single(&self, what: &str) -> Result<(), OjsError> {
-        match self.parts() {
-            0 | 1 => Ok(()),
-            n => Err(OjsError::new(
-                ErrorCode::BackendError,
+    /// The partition whose event log a subscription or poll with `filter` reads: with
+    /// several partitions, a filter naming queues of one partition only (no wildcard).
+    /// Each partition's log has cursors of its own; one stream merging them all is not
+    /// built yet.
+    pub(super) fn events_part(&self, filter: &crate::events::EventFilter) -> Result<u32, OjsError> {
+        let n = self.parts();
+        if n <= 1 {
+            return Ok(0);
+        }
+        let mut parts = filter
+            .queues
+            .iter()
+            .map(|q| (!q.ends_with('*')).then(|| super::route::partition_of(q, n)));
+        let first = parts.next().flatten();
+        match first {
+            Some(p) if parts.all(|x| x == Some(p)) => Ok(p),
+            _ => Err(OjsError::new(
+                ErrorCode::InvalidPayload,
                 format!(
-                    "{what} is not yet served across partitions in cluster mode (this \
-                     cluster has {n}; one created with --partitions 1 serves it)"
+                    "in cluster mode (this cluster has {n} partitions) an event stream or \
+                     poll reads one partition's log: filter by queues of one partition \
+                     (no wildcard); a stream merging every partition is not built yet"
                 ),
             )),
         }

@@ -401,3 +401,53 @@ fn merge_history(a: &mut History, b: History) {
     }
     a.points.sort_by_key(|p| p.at_ms);
 }
+
+/// Every partition's metrics as one view: series of the same job type and queue summed,
+/// histograms bucket by bucket (every engine uses the same buckets), queue gauges summed
+/// (a queue is in one partition; `_other` may be in several).
+pub fn merge_metrics(
+    views: Vec<crate::engine::metrics::MetricsView>,
+) -> crate::engine::metrics::MetricsView {
+    use crate::engine::metrics::{HistogramView, MetricsView};
+    fn add(a: &mut HistogramView, b: &HistogramView) {
+        if a.counts.len() < b.counts.len() {
+            a.counts.resize(b.counts.len(), 0);
+        }
+        for (x, y) in a.counts.iter_mut().zip(&b.counts) {
+            *x = x.saturating_add(*y);
+        }
+        a.sum += b.sum;
+        a.count = a.count.saturating_add(b.count);
+    }
+    let mut out = MetricsView::default();
+    for v in views {
+        out.compactions = out.compactions.saturating_add(v.compactions);
+        for s in v.series {
+            match out
+                .series
+                .iter_mut()
+                .find(|x| x.job_type == s.job_type && x.queue == s.queue)
+            {
+                Some(x) => {
+                    x.enqueued = x.enqueued.saturating_add(s.enqueued);
+                    x.completed = x.completed.saturating_add(s.completed);
+                    x.failed = x.failed.saturating_add(s.failed);
+                    add(&mut x.duration, &s.duration);
+                    add(&mut x.wait, &s.wait);
+                }
+                None => out.series.push(s),
+            }
+        }
+        for g in v.queues {
+            match out.queues.iter_mut().find(|x| x.queue == g.queue) {
+                Some(x) => {
+                    x.depth = x.depth.saturating_add(g.depth);
+                    x.active = x.active.saturating_add(g.active);
+                    x.dead = x.dead.saturating_add(g.dead);
+                }
+                None => out.queues.push(g),
+            }
+        }
+    }
+    out
+}

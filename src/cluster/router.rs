@@ -493,12 +493,12 @@ impl Router {
         match self {
             Router::Local(h) => h.events(filter, start, limit).await,
             Router::Cluster(c) => {
-                c.single("the event log")?;
-                match c.target(0).await? {
+                let p = c.events_part(&filter)?;
+                match c.target(p).await? {
                     Target::Local(h) => h.events(filter, start, limit).await,
                     // A poll's page: a few MiB (a peer holds twice a page's bytes of its
                     // budget while the page is read and sent).
-                    Target::Remote(l) => l.events(0, filter, start, limit, 4 << 20).await,
+                    Target::Remote(l) => l.events(p, filter, start, limit, 4 << 20).await,
                 }
             }
         }
@@ -528,17 +528,25 @@ impl Router {
         }
     }
 
-    /// The metrics of the engine serving this node's clients: its own, or on a node that
-    /// forwards, the holder's; none when neither answers (or the cluster has several
-    /// partitions: their metrics are not summed yet).
+    /// The metrics of the engines serving this node's clients: its own, or on a node that
+    /// forwards, the holders'; with several partitions, all of them summed (none when a
+    /// partition does not answer: a sum without it would look like counters going back).
     pub async fn metrics(&self) -> Option<crate::engine::metrics::MetricsView> {
         match self {
             Router::Local(h) => h.metrics().await,
             Router::Cluster(c) => {
-                c.single("metrics").ok()?;
-                match c.target(0).await.ok()? {
-                    Target::Local(h) => h.metrics().await,
-                    Target::Remote(l) => l.metrics(0).await.ok().flatten(),
+                let mut views = Vec::new();
+                for p in 0..c.parts() {
+                    let v = match c.target(p).await.ok()? {
+                        Target::Local(h) => h.metrics().await,
+                        Target::Remote(l) => l.metrics(p).await.ok().flatten(),
+                    };
+                    views.push(v?);
+                }
+                match views.len() {
+                    0 => None,
+                    1 => views.pop(),
+                    _ => Some(super::merge::merge_metrics(views)),
                 }
             }
         }
@@ -579,15 +587,15 @@ impl PageSource for Router {
                 }
                 Router::Cluster(c) => c,
             };
-            c.single("the event stream")?;
-            let link = match c.target(0).await? {
+            let p = c.events_part(&filter)?;
+            let link = match c.target(p).await? {
                 Target::Local(h) => {
                     return h.read_into(filter, start, limit, buf, reservation).await
                 }
                 Target::Remote(l) => l,
             };
             let page = link
-                .events(0, filter, start, limit, reservation.bytes())
+                .events(p, filter, start, limit, reservation.bytes())
                 .await?;
             let (count, last, has_more) = (page.count, page.last, page.has_more);
             // No live feed across nodes: the reader comes back for the next page.

@@ -360,3 +360,46 @@ async fn listings_merge_the_partitions_pages() {
         .is_ok());
     assert!(r.call(None, wf(&qa, &qb)).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_one_partitions_queues_and_metrics_of_all() {
+    use crate::events::{EventFilter, Start};
+    let n = node();
+    let r = &n.router;
+    let (qa, qb) = two_queues();
+    let ida = push(r, &qa).await;
+    push(r, &qb).await;
+    let filter = |queues: Vec<String>| EventFilter {
+        queues,
+        ..Default::default()
+    };
+    let page = r
+        .events(filter(vec![qa.clone()]), Start::After(0), 100)
+        .await
+        .unwrap();
+    assert!(page.count >= 1);
+    let ids: Vec<String> = page
+        .events
+        .iter()
+        .filter_map(|e| {
+            let v: serde_json::Value = serde_json::from_slice(&e.json()).unwrap();
+            v["data"]["job_id"].as_str().map(String::from)
+        })
+        .collect();
+    assert!(!ids.is_empty());
+    assert!(ids.iter().all(|i| *i == ida), "{ids:?}");
+    // A stream over several partitions' queues, or all of them, is refused for now.
+    assert!(r
+        .events(filter(vec![qa.clone(), qb.clone()]), Start::After(0), 100)
+        .await
+        .is_err());
+    assert!(r
+        .events(filter(vec![]), Start::After(0), 100)
+        .await
+        .is_err());
+    // Metrics: both partitions' series.
+    let m = r.metrics().await.unwrap();
+    let enq: u64 = m.series.iter().map(|s| s.enqueued).sum();
+    assert_eq!(enq, 2);
+    assert!(m.queues.iter().any(|q| q.queue == qa) && m.queues.iter().any(|q| q.queue == qb));
+}
