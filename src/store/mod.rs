@@ -1,8 +1,8 @@
 //! Persistence behind one narrow trait, with three implementations: fjall (the default, in
 //! `fjall_store.rs`), sled (`--store sled`, in `sled_store.rs`) and PostgreSQL (`--store
-//! postgres`, in `postgres_store.rs`, the first piece of cluster mode). Only those files
-//! name a database crate; the rest of ojsd opens a store with [`open`] (or
-//! [`open_postgres`]) and sees `dyn Store`.
+//! postgres`, in `postgres_store.rs` and its `postgres_*.rs` neighbours: cluster mode).
+//! Only those files name a database crate; the rest of ojsd opens a store with [`open`]
+//! (or [`open_postgres`], or a [`PgNode`] that holds many partitions) and sees `dyn Store`.
 //!
 //! The engine addresses records by [`Space`] (jobs, metadata, the event log, cron,
 //! workflows) and a key within it. A [`Batch`] carries each key with its space's two-byte
