@@ -1,8 +1,8 @@
 //! Persistence behind one narrow trait, with three implementations: fjall (the default, in
 //! `fjall_store.rs`), sled (`--store sled`, in `sled_store.rs`) and PostgreSQL (`--store
-//! postgres`, in `postgres_store.rs`, the first piece of cluster mode). Only those files
-//! name a database crate; the rest of ojsd opens a store with [`open`] (or
-//! [`open_postgres`]) and sees `dyn Store`.
+//! postgres`, in `postgres_store.rs` and its `postgres_*.rs` neighbours: cluster mode).
+//! Only those files name a database crate; the rest of ojsd opens a store with [`open`]
+//! (or [`open_postgres`], or a [`PgNode`] that holds many partitions) and sees `dyn Store`.
 //!
 //! The engine addresses records by [`Space`] (jobs, metadata, the event log, cron,
 //! workflows) and a key within it. A [`Batch`] carries each key with its space's two-byte
@@ -18,10 +18,12 @@
 //! rather than refused (see [`open`]).
 
 mod fjall_store;
+mod postgres_balance;
 mod postgres_cache;
 mod postgres_cluster;
 mod postgres_errors;
 mod postgres_lease;
+mod postgres_node;
 mod postgres_schema;
 mod postgres_store;
 mod sled_store;
@@ -30,6 +32,7 @@ mod sled_store;
 pub(crate) mod conformance;
 
 pub use fjall_store::FjallStore;
+pub use postgres_node::PgNode;
 pub use postgres_store::PostgresStore;
 pub use sled_store::SledStore;
 
@@ -518,8 +521,11 @@ pub struct PostgresOptions {
     pub schema: String,
     /// This node's id in `ojs_partitions.owner` and `ojs_nodes`.
     pub node: String,
-    /// The partition this store serves (0 in this increment).
+    /// The partition [`open_postgres`] serves (0 unless told otherwise).
     pub part: u32,
+    /// The cluster's partition count, used when this node creates the cluster's schema
+    /// (1 to 1024); a schema that exists keeps the count it was created with.
+    pub partitions: u32,
     /// How long a lease lasts past its last renewal (database time).
     pub lease_ttl: Duration,
     /// How often it is renewed.
@@ -541,14 +547,15 @@ pub struct PostgresOptions {
 impl PostgresOptions {
     pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 
-    /// The defaults: schema `public`, partition 0, a 5 s lease renewed every second, and
-    /// an open that waits up to twice the lease for a previous owner's to expire.
+    /// The defaults: schema `public`, partition 0 of 1, a 5 s lease renewed every second,
+    /// and an open that waits up to twice the lease for a previous owner's to expire.
     pub fn new(url: &str, node: &str) -> PostgresOptions {
         PostgresOptions {
             url: url.to_string(),
             schema: "public".to_string(),
             node: node.to_string(),
             part: 0,
+            partitions: 1,
             lease_ttl: Self::DEFAULT_LEASE_TTL,
             renew_every: Duration::from_secs(1),
             acquire_wait: Self::DEFAULT_LEASE_TTL * 2,
@@ -577,8 +584,47 @@ impl std::fmt::Debug for StandbyHooks {
     }
 }
 
-/// Open the PostgreSQL store (see `postgres_store.rs`): migrate the schema, take the
-/// partition's lease. Nothing is written to any local directory.
+/// One partition as the balancer of a [`PgNode`] sees it (`ojs_partitions ⋈ ojs_nodes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartRoute {
+    pub part: u32,
+    /// The node that took it last (it may have expired: see `live`).
+    pub owner: Option<String>,
+    pub epoch: i64,
+    /// Whether the owner's lease runs (database time).
+    pub live: bool,
+    /// The owner's peer listener, if it registered one.
+    pub peer_addr: Option<String>,
+    /// The owner's client listener, if it registered one.
+    pub client_addr: Option<String>,
+}
+
+/// `NodeHooks::routes`.
+pub type RoutesHook = Arc<dyn Fn(&[PartRoute]) + Send + Sync>;
+
+/// What a [`PgNode`]'s balancer tells the node it runs in (see `postgres_node.rs`). The
+/// callbacks run on the store's runtime and must not block; none may hold the `PgNode`.
+#[derive(Clone)]
+pub struct NodeHooks {
+    /// A partition taken, with its store: serve it (dropping the store gives it back).
+    pub acquired: Arc<dyn Fn(u32, PostgresStore) + Send + Sync>,
+    /// Give this partition up for balance: stop serving it and drop its store.
+    pub release: Arc<dyn Fn(u32) + Send + Sync>,
+    /// Every tick: one route per partition, in partition order.
+    pub routes: RoutesHook,
+    /// Notified to run the next tick at once (at least 50 ms after the last).
+    pub wake: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for NodeHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeHooks")
+    }
+}
+
+/// Open the PostgreSQL store (see `postgres_store.rs`): a [`PgNode`] of its own (migrate
+/// the schema, register the node), then partition `opts.part`'s lease, waiting as a
+/// standby up to `opts.acquire_wait`. Nothing is written to any local directory.
 pub fn open_postgres(opts: &PostgresOptions) -> StoreResult<Box<dyn Store>> {
     Ok(Box::new(PostgresStore::open(opts)?))
 }

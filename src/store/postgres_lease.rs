@@ -1,50 +1,54 @@
-//! The PostgreSQL store's partition lease as the owning node holds it: the renewal task
-//! (which also refreshes the node's `ojs_nodes` row and, as the holder, prunes long-dead
-//! nodes from it) and the store's own-clock check (see `postgres_store.rs`, "The lease and
-//! the fence", and "When PostgreSQL goes away").
+//! The PostgreSQL store's partition leases as the owning node holds them: each store's
+//! [`Lease`] (its epoch, the own-clock check) and the node's renewal of all of them at once
+//! (`renew_held`: one statement per tick, which also refreshes the node's `ojs_nodes` row
+//! and, when the node holds a lease, prunes long-dead nodes from it). See
+//! `postgres_store.rs`, "The lease and the fence", `postgres_node.rs` for the tick, and
+//! `postgres_errors.rs` for what happens while PostgreSQL is away.
 
+use super::postgres_node::NodeCtx;
 use super::postgres_store::{err, pool_err};
 use super::{StoreError, StoreResult};
-use deadpool_postgres::Pool;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A node whose heartbeat is older than this many lease TTLs is deleted from `ojs_nodes` by
-/// the partition's holder, so that CLUSTER does not list dead nodes for ever (it shows them
-/// as `gone` until then).
+/// a node that holds a lease, so that CLUSTER does not list dead nodes for ever (it shows
+/// them as `gone` until then).
 pub const PRUNE_AFTER_TTLS: i64 = 10;
 
-/// The lease, shared with the renewal task (which holds nothing else of the store, so the
-/// store and its runtime are never dropped on one of the runtime's own threads).
+/// One partition's lease as its store holds it, shared with the node's registry of held
+/// leases (which holds nothing else of the store, so that a store is never kept alive, or
+/// dropped, by the node's tasks).
 pub(super) struct Lease {
-    pub(super) pool: Pool,
-    pub(super) renew_sql: String,
-    pub(super) heartbeat_sql: String,
     pub(super) part: i32,
     pub(super) node: String,
-    /// The client address registered with each heartbeat (set once the listener is bound:
-    /// a port 0 is only known then).
-    pub(super) addr: Mutex<Option<String>>,
-    /// The peer listener's address (`--peer-listen`), if any.
-    pub(super) peer_addr: Option<String>,
-    /// Deletes `ojs_nodes` rows whose heartbeat is older than [`PRUNE_AFTER_TTLS`] leases.
-    pub(super) prune_sql: String,
     pub(super) epoch: i64,
     pub(super) ttl: Duration,
     /// When the last successful renewal (or the acquisition) was sent.
     pub(super) renewed_at: Mutex<Instant>,
-    /// A renewal found the partition owned by a later epoch.
+    /// A renewal found the partition owned by a later epoch (or by nobody).
     pub(super) lost: AtomicBool,
-    pub(super) stop: tokio::sync::Notify,
-    /// Test hook: a frozen node (no renewals).
+    /// The store was dropped and gave the lease back: not renewed, not "lost".
+    pub(super) released: AtomicBool,
+    /// Test hook: a frozen store (its lease is left out of the renewals).
     pub(super) paused: AtomicBool,
 }
 
 impl Lease {
-    fn ttl_ms(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    pub(super) fn new(part: i32, node: &str, epoch: i64, ttl: Duration, sent: Instant) -> Lease {
+        Lease {
+            part,
+            node: node.to_string(),
+            epoch,
+            ttl,
+            renewed_at: Mutex::new(sent),
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+        }
     }
 
     /// `Fenced` once a renewal found the lease lost; `Unavailable` while, on this node's
@@ -58,7 +62,8 @@ impl Lease {
         let age = self.renewed_at.lock().unwrap().elapsed();
         if age + self.ttl / 5 >= self.ttl {
             return Err(StoreError::Unavailable(format!(
-                "node {} has not renewed its lease of partition {} for {} ms (it lasts {}                  ms): waiting for a renewal to get through",
+                "node {} has not renewed its lease of partition {} for {} ms (it lasts {} \
+                 ms): waiting for a renewal to get through",
                 self.node,
                 self.part,
                 age.as_millis(),
@@ -74,89 +79,68 @@ impl Lease {
             self.node, self.part, self.epoch
         ))
     }
+}
 
-    async fn renew(&self) -> Result<u64, StoreError> {
-        let client = self.pool.get().await.map_err(pool_err)?;
-        let n = client
-            .execute(
-                &self.renew_sql,
-                &[&self.part, &self.node, &self.epoch, &self.ttl_ms()],
-            )
-            .await
-            .map_err(err)?;
-        let addr = self.addr.lock().unwrap().clone();
-        client
-            .execute(&self.heartbeat_sql, &[&self.node, &addr, &self.peer_addr])
-            .await
-            .map_err(err)?;
-        if n == 1 {
-            // The holder keeps `ojs_nodes` to the living (and the recently gone).
-            let ttls = self.ttl_ms().saturating_mul(PRUNE_AFTER_TTLS);
-            let pruned = client
-                .execute(&self.prune_sql, &[&ttls, &self.node])
-                .await
-                .map_err(err)?;
-            if pruned > 0 {
-                tracing::info!(pruned, "forgot nodes whose heartbeat stopped long ago");
-            }
-        }
-        Ok(n)
+pub(super) fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Heartbeat the node's row, then renew every held lease (but the frozen ones) in one
+/// statement: a held lease the statement does not return is lost (another node took the
+/// partition, or an operator moved its epoch on), and its store is fenced from then on.
+/// Returns how many leases were renewed.
+pub(super) async fn renew_held(ctx: &NodeCtx) -> StoreResult<usize> {
+    let held: Vec<Arc<Lease>> = ctx
+        .held
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|h| {
+            !h.lease.paused.load(Ordering::SeqCst) && !h.lease.released.load(Ordering::SeqCst)
+        })
+        .map(|h| h.lease.clone())
+        .collect();
+    let client = ctx.pool.get().await.map_err(pool_err)?;
+    let addr = ctx.addr.lock().unwrap().clone();
+    client
+        .execute(&ctx.sql.heartbeat, &[&ctx.node, &addr, &ctx.peer_addr])
+        .await
+        .map_err(err)?;
+    if held.is_empty() {
+        return Ok(0);
     }
-
-    /// Register `addr` at once (the listener is bound), then with every renewal.
-    pub(super) async fn announce(&self, addr: String) -> StoreResult<()> {
-        *self.addr.lock().unwrap() = Some(addr.clone());
-        let client = self.pool.get().await.map_err(pool_err)?;
-        client
-            .execute(
-                &self.heartbeat_sql,
-                &[&self.node, &Some(addr), &self.peer_addr],
-            )
-            .await
-            .map_err(err)?;
-        Ok(())
-    }
-
-    pub(super) async fn renew_loop(self: Arc<Lease>, every: Duration) {
-        let mut failing: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = self.stop.notified() => return,
-            }
-            if self.paused.load(Ordering::SeqCst) {
-                continue;
-            }
-            let sent = Instant::now();
-            match tokio::time::timeout(self.ttl, self.renew()).await {
-                Ok(Ok(1)) => {
-                    let mut at = self.renewed_at.lock().unwrap();
-                    *at = (*at).max(sent);
-                    if let Some(since) = failing.take() {
-                        tracing::warn!(
-                            part = self.part,
-                            epoch = self.epoch,
-                            failing_ms = since.elapsed().as_millis() as u64,
-                            "renewed the partition's lease again (same epoch: no other node \
-                             took it meanwhile)"
-                        );
-                    }
-                }
-                Ok(Ok(_)) => {
-                    self.lost.store(true, Ordering::SeqCst);
-                    tracing::error!(part = self.part, epoch = self.epoch, node = %self.node,
-                        "lost the partition's lease to another node; refusing writes");
-                    return;
-                }
-                Ok(Err(e)) => {
-                    failing.get_or_insert(sent);
-                    tracing::warn!(error = %e, "lease renewal failed")
-                }
-                Err(_) => {
-                    failing.get_or_insert(sent);
-                    tracing::warn!("lease renewal timed out")
-                }
-            }
+    let parts: Vec<i32> = held.iter().map(|l| l.part).collect();
+    let epochs: Vec<i64> = held.iter().map(|l| l.epoch).collect();
+    let sent = Instant::now();
+    let rows = client
+        .query(
+            &ctx.sql.renew,
+            &[&parts, &epochs, &ttl_ms(ctx.ttl), &ctx.node],
+        )
+        .await
+        .map_err(err)?;
+    let renewed: HashSet<i32> = rows.iter().map(|r| r.get(0)).collect();
+    for lease in &held {
+        if renewed.contains(&lease.part) {
+            let mut at = lease.renewed_at.lock().unwrap();
+            *at = (*at).max(sent);
+        } else if !lease.released.load(Ordering::SeqCst) {
+            lease.lost.store(true, Ordering::SeqCst);
+            ctx.forget(lease);
+            tracing::error!(part = lease.part, epoch = lease.epoch, node = %ctx.node,
+                "lost the partition's lease to another node; its store refuses writes");
         }
     }
+    if !renewed.is_empty() {
+        // A holder keeps `ojs_nodes` to the living (and the recently gone).
+        let ttls = ttl_ms(ctx.ttl).saturating_mul(PRUNE_AFTER_TTLS);
+        let pruned = client
+            .execute(&ctx.sql.prune, &[&ttls, &ctx.node])
+            .await
+            .map_err(err)?;
+        if pruned > 0 {
+            tracing::info!(pruned, "forgot nodes whose heartbeat stopped long ago");
+        }
+    }
+    Ok(renewed.len())
 }

@@ -1,6 +1,7 @@
 //! The PostgreSQL store's schema and lease acquisition: ojsd's own migrations, versioned in
 //! `ojs_meta`, run in one transaction under an advisory lock (so that nodes starting at
-//! once are safe), and taking a partition (see `postgres_store.rs`).
+//! once are safe), the cluster's partition count (fixed when the schema is created), and
+//! taking a partition (see `postgres_store.rs` and `postgres_node.rs`).
 
 use super::postgres_store::{err, pool_err};
 use super::{StoreError, StoreResult};
@@ -8,7 +9,9 @@ use deadpool_postgres::Pool;
 use std::time::{Duration, Instant};
 
 /// The layout this build writes (`ojs_meta.schema_version`): each step of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: usize = 2;
+pub const SCHEMA_VERSION: usize = 3;
+/// The most partitions a cluster may have (`--partitions`).
+pub const MAX_PARTITIONS: u32 = 1024;
 /// Migration steps; step `i` takes the schema from version `i` to `i + 1`. `{s}` is the
 /// quoted schema name.
 const MIGRATIONS: [&str; SCHEMA_VERSION] = [
@@ -26,7 +29,16 @@ INSERT INTO {s}.ojs_meta (key, value) VALUES ('partitions', '1');
 ALTER TABLE {s}.ojs_nodes ADD COLUMN client_addr text;
 UPDATE {s}.ojs_nodes SET client_addr = peer_addr, peer_addr = NULL;
 ",
+    "
+-- Version 3: which partition holds a job (PgNode::locate), by the job space's keys alone
+-- (space 0 is Space::Job; see postgres_node.rs for why a partial index).
+CREATE INDEX IF NOT EXISTS ojs_kv_job_key ON {s}.ojs_kv (key) WHERE space = 0;
+",
 ];
+const _: () = assert!(
+    super::Space::Job as usize == 0,
+    "migration 3 indexes space 0"
+);
 
 /// A schema name as SQL: letters, digits and `_` only (it is spliced into statements).
 pub(super) fn quote_schema(schema: &str) -> StoreResult<String> {
@@ -57,8 +69,22 @@ pub(super) fn heartbeat_sql(s: &str) -> String {
     )
 }
 
-/// Create or migrate the schema in one transaction under an advisory lock.
-pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str) -> StoreResult<()> {
+/// `--partitions` as the cluster may have it: 1 to [`MAX_PARTITIONS`].
+pub(super) fn check_partitions(p: u32) -> StoreResult<u32> {
+    if (1..=MAX_PARTITIONS).contains(&p) {
+        Ok(p)
+    } else {
+        Err(StoreError::Other(format!(
+            "the partition count must be 1 to {MAX_PARTITIONS}, not {p}"
+        )))
+    }
+}
+
+/// Create or migrate the schema in one transaction under an advisory lock, and return the
+/// cluster's partition count: `want` when this creates the schema, else the stored one
+/// (a warning says so when they differ). Rows `0..P` of `ojs_partitions` are made to exist
+/// (free, epoch 0), so that a schema created with one partition by an older ojsd works.
+pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str, want: u32) -> StoreResult<u32> {
     let mut client = pool.get().await.map_err(pool_err)?;
     let tx = client.transaction().await.map_err(err)?;
     tx.execute(
@@ -109,6 +135,61 @@ pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str) -> StoreResult<(
             .await
             .map_err(err)?;
     }
+    let stored = tx
+        .query_opt(
+            &format!("SELECT value FROM {s}.ojs_meta WHERE key = 'partitions'"),
+            &[],
+        )
+        .await
+        .map_err(err)?
+        .map(|r| r.get::<_, String>(0));
+    let parts = match stored {
+        // Step 1 wrote '1' just now: this open creates the cluster, with its count.
+        Some(_) if found == 0 => None,
+        Some(v) => Some(
+            v.parse()
+                .ok()
+                .and_then(|p| check_partitions(p).ok())
+                .ok_or_else(|| StoreError::Corrupt(format!("ojs_meta.partitions is {v:?}")))?,
+        ),
+        None => None,
+    };
+    let parts = match parts {
+        Some(p) => {
+            if p != want {
+                tracing::warn!(
+                    schema,
+                    stored = p,
+                    asked = want,
+                    "the cluster's partition count was fixed when its schema was created: \
+                     using the stored one, not the one asked for"
+                );
+            }
+            p
+        }
+        None => {
+            tx.execute(
+                &format!(
+                    "INSERT INTO {s}.ojs_meta (key, value) VALUES ('partitions', $1) \
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+                ),
+                &[&want.to_string()],
+            )
+            .await
+            .map_err(err)?;
+            want
+        }
+    };
+    tx.execute(
+        &format!(
+            "INSERT INTO {s}.ojs_partitions (part, owner, epoch, lease_until) \
+             SELECT g, NULL, 0, NULL FROM generate_series(0, $1 - 1) g \
+             ON CONFLICT (part) DO NOTHING"
+        ),
+        &[&(parts as i32)],
+    )
+    .await
+    .map_err(err)?;
     if found < SCHEMA_VERSION {
         tx.execute(
             &format!(
@@ -126,7 +207,8 @@ pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str) -> StoreResult<(
             "migrated the postgres schema"
         );
     }
-    tx.commit().await.map_err(err)
+    tx.commit().await.map_err(err)?;
+    Ok(parts)
 }
 
 /// Take partition `part` for `node` (registered in `ojs_nodes` with `addr`), trying every
@@ -219,6 +301,17 @@ pub(super) async fn acquire(
     }
 }
 
+/// Take partition `$1` for node `$2` with a lease of `$3` ms if it is free, expired or
+/// already this node's, moving its epoch on (returned).
+pub(super) fn take_sql(s: &str) -> String {
+    format!(
+        "UPDATE {s}.ojs_partitions SET owner = $2, epoch = epoch + 1, \
+         lease_until = now() + $3::bigint * interval '1 millisecond' \
+         WHERE part = $1 AND (owner IS NULL OR owner = $2 OR lease_until < now()) \
+         RETURNING epoch"
+    )
+}
+
 struct AcquireSql {
     create: String,
     heartbeat: String,
@@ -234,12 +327,7 @@ impl AcquireSql {
                  VALUES ($1, NULL, 0, NULL) ON CONFLICT (part) DO NOTHING"
             ),
             heartbeat: heartbeat_sql(s),
-            take: format!(
-                "UPDATE {s}.ojs_partitions SET owner = $2, epoch = epoch + 1, \
-                 lease_until = now() + $3::bigint * interval '1 millisecond' \
-                 WHERE part = $1 AND (owner IS NULL OR owner = $2 OR lease_until < now()) \
-                 RETURNING epoch"
-            ),
+            take: take_sql(s),
             holder: format!(
                 "SELECT p.owner, to_char(p.lease_until AT TIME ZONE 'UTC', \
                  'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), n.peer_addr, \
@@ -319,7 +407,6 @@ pub(super) struct Sql {
     pub(super) delete: String,
     pub(super) upsert: String,
     pub(super) size: String,
-    pub(super) release: String,
     pub(super) kv: String,
 }
 
@@ -342,10 +429,6 @@ impl Sql {
                  ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
             ),
             size: format!("SELECT pg_total_relation_size('{s}.ojs_kv'::regclass)"),
-            release: format!(
-                "UPDATE {s}.ojs_partitions SET owner = NULL, lease_until = NULL \
-                 WHERE part = $1 AND owner = $2 AND epoch = $3"
-            ),
             kv: format!("SELECT key, value FROM {s}.ojs_kv WHERE part = $1 AND space = $2"),
         }
     }

@@ -1,6 +1,7 @@
-//! The PostgreSQL implementation of `Store` (`--store postgres`): the first piece of cluster
-//! mode (shared/design/cluster.md). One store serves one partition of the cluster's data
-//! under a lease that fences every commit.
+//! The PostgreSQL implementation of `Store` (`--store postgres`): cluster mode
+//! (shared/design/cluster.md). One store serves one partition of the cluster's data under a
+//! lease that fences every commit; the partitions a process holds share one [`PgNode`]
+//! (runtime, pool, renewals, balancer: `postgres_node.rs`).
 //!
 //! # Tables
 //!
@@ -11,7 +12,8 @@
 //! exactly as fjall does (one row per key of a [`Space`], key without its prefix). The
 //! migration runs in one transaction under a transaction-scoped advisory lock, so two nodes
 //! starting at once neither race on `CREATE` nor apply a step twice; a schema newer than
-//! this build knows is refused. This increment has one partition (0).
+//! this build knows is refused. The partition count (`ojs_meta.partitions`) is fixed when
+//! the schema is created; `ojs_partitions` has a row for each.
 //!
 //! # Overlay and group commit
 //!
@@ -47,12 +49,14 @@
 //!
 //! # The lease and the fence
 //!
-//! Opening takes the partition: `UPDATE ojs_partitions SET owner = node, epoch = epoch + 1,
-//! lease_until = now() + ttl WHERE part = p AND (owner IS NULL OR owner = node OR
-//! lease_until < now())` (database time is the lease clock), retried until
-//! `acquire_wait`, then refused as [`StoreError::Leased`]. A task renews the lease every
-//! `renew_every` (`UPDATE ... WHERE part = p AND owner = node AND epoch = e`); a renewal
-//! that finds the row taken marks the lease lost. Every sync's transaction first runs
+//! A store is made by taking its partition: `UPDATE ojs_partitions SET owner = node, epoch
+//! = epoch + 1, lease_until = now() + ttl WHERE part = p AND (owner IS NULL OR owner = node
+//! OR lease_until < now())` (database time is the lease clock), once ([`PgNode::take`], the
+//! balancer) or retried until `acquire_wait`, then refused as [`StoreError::Leased`]
+//! ([`PgNode::acquire`], [`PostgresStore::open`]). The node renews all its leases every
+//! `renew_every` in one statement (`... WHERE part = p AND owner = node AND epoch = e` for
+//! each); a renewal that does not return a partition marks its lease lost. Every sync's
+//! transaction first runs
 //! `SELECT 1 FROM ojs_partitions WHERE part = p AND epoch = e FOR SHARE`: a takeover's
 //! `epoch + 1` waits for that lock, and once it has committed the old owner's next
 //! transaction finds no row, rolls back, and fails with [`StoreError::Fenced`]. A fenced
@@ -60,37 +64,38 @@
 //! server refuses) refuses every later write for good; the engine then answers the waiting
 //! clients with an error and stops, so nothing is acknowledged that was not committed
 //! under the lease. Dropping the store releases the lease (`owner = NULL`, same epoch), so
-//! a successor need not wait out the TTL. The holder's renewal also deletes `ojs_nodes`
-//! rows whose heartbeat is older than `PRUNE_AFTER_TTLS` (10) leases and that hold no live
-//! lease, so CLUSTER lists a dead node as `gone` for a while, not for ever.
+//! a successor need not wait out the TTL. A node's renewal, when it holds a lease, also
+//! deletes `ojs_nodes` rows whose heartbeat is older than `PRUNE_AFTER_TTLS` (10) leases
+//! and that hold no live lease, so CLUSTER lists a dead node as `gone` for a while, not for
+//! ever.
 //!
 //! # When PostgreSQL goes away
 //!
 //! The store keeps its partition and its pending writes across an outage; see
 //! `postgres_errors.rs`.
 //!
-//! The store owns a small tokio runtime (two workers, `ojsd-pg`) on which the pool's
-//! connections and the renewal run; the trait's synchronous calls come from the engine's,
-//! the syncer's and the rebuild's own threads and wait on it with `block_on`. They must
-//! never be made from inside another tokio runtime.
+//! The node's small tokio runtime (two workers, `ojsd-pg`) runs the pool's connections and
+//! the node's tick; the trait's synchronous calls come from the engine's, the syncer's and
+//! the rebuild's own threads and wait on it with `block_on`. They must never be made from
+//! inside a tokio runtime.
 
 use super::{Batch, Bounds, Op, PostgresOptions, Space, Store, StoreError, StoreResult, Syncer};
 use bytes::Bytes;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::Pool;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio_postgres::NoTls;
 
 use super::postgres_cache::ReadCache;
 use super::postgres_cluster::PgClusterView;
+use super::postgres_errors::timed;
 pub(super) use super::postgres_errors::{err, pool_err};
-use super::postgres_errors::{timed, STATEMENT_TIMEOUT};
 use super::postgres_lease::Lease;
-use super::postgres_schema::{acquire, heartbeat_sql, migrate, quote_schema, Sql};
-use super::ClusterView;
+use super::postgres_node::NodeCore;
+use super::postgres_schema::Sql;
+use super::{ClusterView, PgNode};
 
 /// Rows of a scan's first page: a scan that stops early (an event log read, a floor key)
 /// reads little; each next page is [`PAGE_GROWTH`] times larger, up to [`MAX_PAGE_ROWS`],
@@ -102,8 +107,6 @@ const PAGE_GROWTH: i64 = 4;
 pub const MAX_PAGE_ROWS: i64 = 4096;
 /// Bytes of pending values past which `write` syncs before taking more.
 pub const OVERLAY_MAX_BYTES: usize = 64 << 20;
-/// Connections in the pool: the engine, the syncer, the lease, and the rebuild's scanners.
-const POOL_SIZE: usize = 8;
 
 /// One pending batch: its ops, last op per key only, in the order written.
 struct Pending {
@@ -127,7 +130,8 @@ struct Overlay {
 }
 
 struct Shared {
-    rt: Option<tokio::runtime::Runtime>,
+    /// The node's runtime and tasks; the runtime ends with the last store and `PgNode`.
+    node: Arc<NodeCore>,
     pool: Pool,
     sql: Sql,
     lease: Arc<Lease>,
@@ -163,7 +167,7 @@ fn copy_err(e: &StoreError) -> StoreError {
 
 impl Shared {
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.rt.as_ref().expect("the store's runtime").block_on(f)
+        self.node.block_on(f)
     }
 
     /// Whether a write may be taken: not once fenced (or failed for good). A lease that
@@ -446,133 +450,81 @@ fn valid(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
 }
 
 impl Drop for Shared {
+    /// Give the partition back at once (same epoch: nothing of ours is fenced by it), so
+    /// that another node need not wait out the lease. Inside a tokio runtime, where waiting
+    /// is not allowed, the release is handed to the node's runtime and not waited for (if
+    /// this was the node's last store and handle, its runtime stops and the lease expires
+    /// by itself).
     fn drop(&mut self) {
-        self.lease.stop.notify_one();
-        if tokio::runtime::Handle::try_current().is_ok() {
-            // Dropped inside some runtime, where `block_on` is not allowed: the lease then
-            // expires by itself.
-            if let Some(rt) = self.rt.take() {
-                rt.shutdown_background();
-            }
+        let lease = self.lease.clone();
+        lease.released.store(true, Ordering::SeqCst);
+        let ctx = self.node.ctx.clone();
+        if lease.lost.load(Ordering::SeqCst) {
+            ctx.forget(&lease);
             return;
         }
-        let lease = self.lease.clone();
-        let release = self.sql.release.clone();
-        let pool = self.pool.clone();
-        // Give the partition back at once (same epoch: nothing of ours is fenced by it).
-        let released = self.block_on(async move {
-            tokio::time::timeout(Duration::from_secs(2), async {
-                let client = pool.get().await.ok()?;
+        // Held (so the balancer does not take it again) until the release is through.
+        let release = async move {
+            let r = tokio::time::timeout(Duration::from_secs(2), async {
+                let client = ctx.pool.get().await.ok()?;
                 client
-                    .execute(&release, &[&lease.part, &lease.node, &lease.epoch])
+                    .execute(&ctx.sql.release, &[&lease.part, &lease.node, &lease.epoch])
                     .await
                     .ok()
             })
-            .await
-        });
-        if released.ok().flatten().is_none() {
-            tracing::warn!("could not release the partition's lease; it expires by itself");
-        }
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
+            .await;
+            match r.ok().flatten() {
+                Some(_) => tracing::info!(
+                    part = lease.part,
+                    epoch = lease.epoch,
+                    "released the partition's lease"
+                ),
+                None => tracing::warn!(
+                    part = lease.part,
+                    "could not release the partition's lease; it expires by itself"
+                ),
+            }
+            ctx.forget(&lease);
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.node.handle().spawn(release);
+        } else {
+            self.node.block_on(release);
         }
     }
 }
 
 impl PostgresStore {
-    /// Connect, create or migrate the schema, take the partition's lease and start renewing
-    /// it (see the module docs).
+    /// Open a node of its own ([`PgNode::open`]) and take partition `opts.part`, waiting as
+    /// a standby up to `opts.acquire_wait` ([`PgNode::acquire`]).
     pub fn open(opts: &PostgresOptions) -> StoreResult<PostgresStore> {
-        let s = quote_schema(&opts.schema)?;
-        let pg: tokio_postgres::Config = opts
-            .url
-            .parse()
-            .map_err(|e| StoreError::Other(format!("--postgres-url: {e}")))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("ojsd-pg")
-            .enable_all()
-            .build()?;
-        let mgr = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(mgr)
-            .max_size(POOL_SIZE)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .create_timeout(Some(STATEMENT_TIMEOUT))
-            .wait_timeout(Some(STATEMENT_TIMEOUT))
-            .build()
-            .map_err(|e| StoreError::Other(format!("postgres pool: {e}")))?;
-        let part = i32::try_from(opts.part).map_err(|_| StoreError::Other("partition".into()))?;
-        let (epoch, renewed_at) = rt.block_on(async {
-            migrate(&pool, &s, &opts.schema).await?;
-            acquire(
-                &pool,
-                &s,
-                part,
-                &opts.node,
-                (opts.addr.as_deref(), opts.peer_addr.as_deref()),
-                opts.lease_ttl,
-                opts.renew_every,
-                opts.acquire_wait,
-                opts.standby.as_ref(),
-            )
-            .await
-        })?;
-        tracing::info!(part, epoch, node = %opts.node, "took the partition's lease");
-        let lease = Arc::new(Lease {
-            pool: pool.clone(),
-            renew_sql: format!(
-                "UPDATE {s}.ojs_partitions SET lease_until = now() + $4::bigint * interval '1 millisecond' \
-                 WHERE part = $1 AND owner = $2 AND epoch = $3"
-            ),
-            heartbeat_sql: heartbeat_sql(&s),
-            prune_sql: format!(
-                "DELETE FROM {s}.ojs_nodes WHERE node <> $2 AND \
-                 (heartbeat_at IS NULL OR heartbeat_at < now() - $1::bigint * interval '1 millisecond') \
-                 AND NOT EXISTS (SELECT 1 FROM {s}.ojs_partitions p \
-                   WHERE p.owner = ojs_nodes.node AND p.lease_until > now())"
-            ),
-            part,
-            node: opts.node.clone(),
-            addr: Mutex::new(opts.addr.clone()),
-            peer_addr: opts.peer_addr.clone(),
-            epoch,
-            ttl: opts.lease_ttl,
-            renewed_at: Mutex::new(renewed_at),
-            lost: AtomicBool::new(false),
-            stop: tokio::sync::Notify::new(),
-            paused: AtomicBool::new(false),
-        });
-        rt.spawn(lease.clone().renew_loop(opts.renew_every));
-        let sql = Sql::new(&s);
-        let cluster = Arc::new(PgClusterView::new(
-            pool.clone(),
-            rt.handle().clone(),
-            &s,
-            &opts.node,
-            opts.lease_ttl,
-        ));
-        Ok(PostgresStore {
-            cluster,
+        PgNode::open(opts)?.acquire(opts)
+    }
+
+    /// The store of a partition `node` has just taken under `lease`.
+    pub(super) fn from_node(node: Arc<NodeCore>, lease: Arc<Lease>) -> PostgresStore {
+        let ctx = &node.ctx;
+        PostgresStore {
+            cluster: ctx.cluster.clone(),
             shared: Arc::new(Shared {
-                rt: Some(rt),
-                pool,
-                sql,
+                pool: ctx.pool.clone(),
+                sql: Sql::new(&ctx.schema),
                 lease,
                 overlay: RwLock::new(Overlay::default()),
-                cache: ReadCache::new(opts.read_cache_bytes),
+                cache: ReadCache::new(ctx.cache_bytes),
                 sync_lock: Mutex::new(()),
                 failed: Mutex::new(None),
                 unsynced: Mutex::new(None),
                 last_try: Mutex::new(None),
                 clock_check: AtomicBool::new(true),
+                node,
             }),
-        })
+        }
+    }
+
+    /// The partition this store serves.
+    pub fn part(&self) -> u32 {
+        self.shared.lease.part as u32
     }
 
     /// The epoch under which this store writes.
@@ -772,14 +724,7 @@ impl Store for PostgresStore {
     }
 
     fn announce(&self, addr: &str) {
-        let sh = &self.shared;
-        let lease = sh.lease.clone();
-        let addr = addr.to_string();
-        // Registered now, so that CLUSTER shows it before the next renewal.
-        if let Err(e) = sh.block_on(timed("registering the node", lease.announce(addr))) {
-            tracing::warn!(error = %e, "could not register the node's address yet; the \
-                next renewal does");
-        }
+        self.shared.node.announce(addr)
     }
 }
 

@@ -231,7 +231,7 @@ fn version_1_nodes_get_their_client_address_moved_and_peer_addresses_register() 
         .map(|r| r.get(0))
         .collect();
     assert_eq!(v, vec![SCHEMA_VERSION.to_string()]);
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
 }
 
 /// Renewals keep the lease: past several TTLs the owner still commits, and another node is

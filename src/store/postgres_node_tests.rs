@@ -1,0 +1,393 @@
+//! Tests of [`PgNode`]: many partitions per node, the balancer, the renewal of all leases
+//! in one statement, the key → partition lookup and the partition count fixed at creation.
+//! They need `OJSD_TEST_POSTGRES_URL` (.ci/run sets it) and are skipped with a notice
+//! without it; each uses a schema of its own.
+
+use super::*;
+use crate::store::conformance::{pg_options, pg_url};
+use crate::store::postgres_schema::SCHEMA_VERSION;
+use crate::store::{Batch, Store};
+use std::path::Path;
+use std::sync::mpsc;
+
+const TTL: Duration = Duration::from_millis(1000);
+const EVERY: Duration = Duration::from_millis(200);
+
+fn options(dir: &Path, node: &str, parts: u32) -> Option<PostgresOptions> {
+    let mut o = pg_options(dir)?;
+    o.node = node.into();
+    o.partitions = parts;
+    o.lease_ttl = TTL;
+    o.renew_every = EVERY;
+    o.acquire_wait = Duration::ZERO;
+    Some(o)
+}
+
+fn skipped() -> bool {
+    let skip = pg_url().is_none();
+    if skip {
+        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
+    }
+    skip
+}
+
+/// What a node's balancer told the test.
+struct Told {
+    acquired: mpsc::Receiver<(u32, PostgresStore)>,
+    release: mpsc::Receiver<u32>,
+    routes: Arc<Mutex<Vec<PartRoute>>>,
+    /// The stores received so far, by partition.
+    stores: BTreeMap<u32, PostgresStore>,
+}
+
+impl Told {
+    /// Receive what was acquired meanwhile.
+    fn take_in(&mut self) -> Vec<u32> {
+        let mut got = vec![];
+        while let Ok((part, store)) = self.acquired.try_recv() {
+            assert_eq!(store.part(), part);
+            assert!(
+                self.stores.insert(part, store).is_none(),
+                "taken twice: {part}"
+            );
+            got.push(part);
+        }
+        got
+    }
+
+    fn held(&mut self) -> Vec<u32> {
+        self.take_in();
+        self.stores.keys().copied().collect()
+    }
+
+    fn owners(&self) -> Vec<Option<String>> {
+        let routes = self.routes.lock().unwrap();
+        routes
+            .iter()
+            .map(|r| r.live.then(|| r.owner.clone()).flatten())
+            .collect()
+    }
+}
+
+/// Run `node`'s balancer with hooks that hand everything to the test (the stores through
+/// a channel, so that the hooks hold none and the node can stop).
+fn run(node: &PgNode) -> Told {
+    let (acq_tx, acquired) = mpsc::channel();
+    let (rel_tx, release) = mpsc::channel();
+    let acq_tx = Mutex::new(acq_tx);
+    let rel_tx = Mutex::new(rel_tx);
+    let routes = Arc::new(Mutex::new(vec![]));
+    let r = routes.clone();
+    node.run(NodeHooks {
+        acquired: Arc::new(move |part, store| {
+            let _ = acq_tx.lock().unwrap().send((part, store));
+        }),
+        release: Arc::new(move |part| {
+            let _ = rel_tx.lock().unwrap().send(part);
+        }),
+        routes: Arc::new(move |routes| *r.lock().unwrap() = routes.to_vec()),
+        wake: Arc::new(tokio::sync::Notify::new()),
+    });
+    Told {
+        acquired,
+        release,
+        routes,
+        stores: BTreeMap::new(),
+    }
+}
+
+/// Poll `f` every 50 ms until it holds or `limit` passed; whether it held.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if t0.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn some(node: &str, n: usize) -> Vec<Option<String>> {
+    vec![Some(node.to_string()); n]
+}
+
+fn put(key: &[u8]) -> Batch {
+    let mut b = Batch::default();
+    b.put(Space::Job, key, key.to_vec());
+    b
+}
+
+/// P = 4 and one node: its balancer takes every partition, hands each store over once,
+/// and the routes it reports name it as the owner of all; each store commits.
+#[test]
+fn a_lone_node_takes_every_partition() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = PgNode::open(&options(dir.path(), "node-a", 4).unwrap()).unwrap();
+    assert_eq!(a.partitions(), 4);
+    let mut told = run(&a);
+    // At once (run wakes the tick), not by the two-TTL rule for unowned partitions.
+    assert!(
+        eventually(TTL, || told.held().len() == 4),
+        "held {:?}",
+        told.held()
+    );
+    assert!(eventually(Duration::from_secs(2), || told.owners()
+        == some("node-a", 4)));
+    let routes = told.routes.lock().unwrap().clone();
+    assert_eq!(
+        routes.iter().map(|r| r.part).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert!(routes.iter().all(|r| r.epoch == 1));
+    for (part, s) in told.stores.iter_mut() {
+        s.commit(put(&[*part as u8; 16])).unwrap();
+    }
+    // Several ticks later, nothing more is taken or given up.
+    std::thread::sleep(EVERY * 4);
+    assert!(told.take_in().is_empty());
+    assert!(told.release.try_recv().is_err());
+    assert_eq!(a.held_for_test(), vec![0, 1, 2, 3]);
+}
+
+/// A second node joins a node holding all 4: the first is asked to give up 2 (the highest
+/// ones, once each), the second takes nothing held; once the first drops those stores
+/// (which releases them) the second takes them, and both nodes' routes agree on 2 and 2.
+#[test]
+fn a_joining_node_gets_its_share_once_the_first_gives_it_up() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = PgNode::open(&options(dir.path(), "node-a", 4).unwrap()).unwrap();
+    let mut told_a = run(&a);
+    assert!(eventually(Duration::from_secs(5), || told_a.held().len() == 4));
+    let b = PgNode::open(&options(dir.path(), "node-b", 4).unwrap()).unwrap();
+    let mut told_b = run(&b);
+    let mut asked = vec![];
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            asked.extend(told_a.release.try_iter());
+            asked.len() >= 2
+        }),
+        "asked {asked:?}"
+    );
+    assert_eq!(asked, vec![3, 2]);
+    // Asked once only, and B took nothing while A held everything.
+    std::thread::sleep(EVERY * 4);
+    assert!(told_a.release.try_recv().is_err(), "asked again");
+    assert!(told_b.held().is_empty());
+    for part in &asked {
+        drop(told_a.stores.remove(part));
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || told_b.held() == vec![2, 3]),
+        "B holds {:?}",
+        told_b.held()
+    );
+    let want = vec![
+        Some("node-a".to_string()),
+        Some("node-a".to_string()),
+        Some("node-b".to_string()),
+        Some("node-b".to_string()),
+    ];
+    assert!(eventually(Duration::from_secs(3), || told_a.owners()
+        == want
+        && told_b.owners() == want));
+    // Balanced: nothing moves any more.
+    std::thread::sleep(EVERY * 5);
+    assert!(told_a.release.try_recv().is_err() && told_b.release.try_recv().is_err());
+    assert!(told_a.take_in().is_empty() && told_b.take_in().is_empty());
+    // B's stores write under their new epochs; A's two still do under theirs.
+    for (part, s) in told_b.stores.iter_mut().chain(told_a.stores.iter_mut()) {
+        s.commit(put(&[*part as u8; 16])).unwrap();
+    }
+    assert_eq!(b.held_for_test(), vec![2, 3]);
+    assert_eq!(a.held_for_test(), vec![0, 1]);
+}
+
+/// Two nodes hold 2 partitions each; A's two stores stop renewing (a node whose renewals
+/// for them do not get through) while A itself keeps heartbeating, so B sees two live
+/// nodes and is at its share. Availability beats balance: once the leases have been
+/// expired for more than two TTLs, B takes them anyway, and A's stores are fenced on their
+/// next sync (their own clock check off, so that the database's fence alone stands).
+#[test]
+fn partitions_expired_for_two_ttls_are_taken_beyond_the_share_and_fence_their_old_owner() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = PgNode::open(&options(dir.path(), "node-a", 4).unwrap()).unwrap();
+    let mut a_stores: Vec<PostgresStore> = (0..2).map(|p| a.take(p).unwrap().unwrap()).collect();
+    let b = PgNode::open(&options(dir.path(), "node-b", 4).unwrap()).unwrap();
+    let mut told_b = run(&b);
+    assert!(eventually(Duration::from_secs(5), || told_b.held() == vec![2, 3]));
+    let mut syncers: Vec<_> = a_stores.iter().map(|s| s.syncer().unwrap()).collect();
+    for s in &a_stores {
+        s.freeze_for_test(true, false);
+    }
+    let frozen = Instant::now();
+    for s in a_stores.iter_mut() {
+        s.write(put(b"written-while-frozen")).unwrap();
+    }
+    // Expired after about a TTL, but not for two more: B stays at its share.
+    std::thread::sleep(TTL * 2);
+    assert_eq!(told_b.held(), vec![2, 3], "taken before two TTLs of expiry");
+    assert!(
+        eventually(Duration::from_secs(5), || told_b.held() == vec![0, 1, 2, 3]),
+        "B holds {:?}",
+        told_b.held()
+    );
+    assert!(frozen.elapsed() >= TTL * 3, "{:?}", frozen.elapsed());
+    for (s, syncer) in a_stores.iter_mut().zip(syncers.iter_mut()) {
+        assert!(matches!(syncer.sync(), Err(StoreError::Fenced(_))));
+        assert!(matches!(
+            s.commit(put(b"after")),
+            Err(StoreError::Fenced(_))
+        ));
+    }
+    for s in told_b.stores.values() {
+        assert_eq!(s.get(Space::Job, b"written-while-frozen").unwrap(), None);
+    }
+}
+
+/// A node that goes silent altogether (no heartbeat, no renewal: a frozen process) stops
+/// counting as live once its heartbeat is a TTL old, so the other node's share becomes
+/// every partition and it takes the silent node's as soon as their leases expire; the
+/// silent node's stores are fenced on their next sync, and its renewal, once it wakes,
+/// finds them lost.
+#[test]
+fn a_silent_node_is_taken_over_and_fenced() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = PgNode::open(&options(dir.path(), "node-a", 4).unwrap()).unwrap();
+    let mut a_stores: Vec<PostgresStore> = (0..2).map(|p| a.take(p).unwrap().unwrap()).collect();
+    let b = PgNode::open(&options(dir.path(), "node-b", 4).unwrap()).unwrap();
+    let mut told_b = run(&b);
+    assert!(eventually(Duration::from_secs(5), || told_b.held() == vec![2, 3]));
+    a.freeze_for_test(true);
+    for s in &a_stores {
+        s.freeze_for_test(false, false);
+    }
+    // Within two TTLs: A's leases and heartbeat run out after at most a TTL, and
+    // B's next tick takes them (well before the two-TTL rule for live owners would).
+    assert!(
+        eventually(TTL * 2, || told_b.held() == vec![0, 1, 2, 3]),
+        "B holds {:?}",
+        told_b.held()
+    );
+    for s in a_stores.iter_mut() {
+        assert!(matches!(s.commit(put(b"late")), Err(StoreError::Fenced(_))));
+    }
+    a.freeze_for_test(false);
+    assert!(eventually(Duration::from_secs(3), || a
+        .held_for_test()
+        .is_empty()));
+}
+
+/// `locate` finds the partition of a job committed by partition 2's store, by its id (the
+/// job record) and on any runtime; `None` for an unknown key and for one written but not
+/// yet committed. Other spaces are found too (through the primary key).
+#[test]
+fn locate_finds_the_partition_holding_a_committed_key() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let node = PgNode::open(&options(dir.path(), "node-a", 4).unwrap()).unwrap();
+    let mut s2 = node.take(2).unwrap().unwrap();
+    let mut s1 = node.take(1).unwrap().unwrap();
+    let id = *uuid::Uuid::now_v7().as_bytes();
+    let mut state = id.to_vec();
+    state.push(1);
+    let mut b = Batch::default();
+    b.put(Space::Job, &id, b"job".to_vec());
+    b.put(Space::Job, &state, b"state".to_vec());
+    b.put(Space::Meta, b"name", b"m".to_vec());
+    s2.commit(b).unwrap();
+    s1.commit(put(b"elsewhere")).unwrap();
+    let unsynced = *uuid::Uuid::now_v7().as_bytes();
+    s2.write(put(&unsynced)).unwrap();
+    // Awaited on a runtime of the caller's own, not the node's.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let locate = |space, key: &[u8]| rt.block_on(node.locate(space, key.to_vec())).unwrap();
+    assert_eq!(locate(Space::Job, &id), Some(2));
+    assert_eq!(locate(Space::Job, b"elsewhere"), Some(1));
+    assert_eq!(locate(Space::Job, &[7; 16]), None);
+    assert_eq!(locate(Space::Job, &unsynced), None, "not committed yet");
+    assert_eq!(locate(Space::Meta, b"name"), Some(2));
+    assert_eq!(locate(Space::Meta, b"other"), None);
+    assert_eq!(locate(Space::Cron, &id), None);
+    // From a thread inside the caller's runtime too.
+    let fut = node.locate(Space::Job, id.to_vec());
+    assert_eq!(
+        rt.block_on(async { tokio::spawn(fut).await.unwrap() })
+            .unwrap(),
+        Some(2)
+    );
+}
+
+/// The partition count is fixed when the cluster's schema is created: a later open asking
+/// for another uses the stored one; out-of-range counts and partitions are refused; a
+/// schema from before version 3 gets rows for all its partitions and the lookup's index.
+#[test]
+fn the_partition_count_is_fixed_when_the_schema_is_created() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a", 4).unwrap();
+    let s = opts.schema.clone();
+    let a = PgNode::open(&opts).unwrap();
+    assert_eq!(a.partitions(), 4);
+    let count = |store: &PostgresStore| -> Vec<String> {
+        let rows = store.sql_for_test(&format!(
+            "SELECT (SELECT value FROM {s}.ojs_meta WHERE key = 'partitions') || '/' || \
+             (SELECT count(*) FROM {s}.ojs_partitions)::text || '/' || \
+             (SELECT value FROM {s}.ojs_meta WHERE key = 'schema_version')"
+        ));
+        rows.iter().map(|r| r.get(0)).collect()
+    };
+    let s3 = a.take(3).unwrap().unwrap();
+    assert_eq!(count(&s3), vec![format!("4/4/{SCHEMA_VERSION}")]);
+    assert!(a.take(4).is_err(), "partition 4 of 4");
+    let b = PgNode::open(&options(dir.path(), "node-b", 8).unwrap()).unwrap();
+    assert_eq!(b.partitions(), 4, "the stored count wins");
+    assert!(b.take(3).unwrap().is_none(), "held by node-a");
+    assert_eq!(b.take(1).unwrap().unwrap().part(), 1);
+    for bad in [0, 1025] {
+        match PgNode::open(&options(dir.path(), "node-c", bad).unwrap()) {
+            Err(StoreError::Other(m)) => assert!(m.contains("1 to 1024"), "{m}"),
+            Err(e) => panic!("{bad} partitions: {e}"),
+            Ok(_) => panic!("opened with {bad} partitions"),
+        }
+    }
+    // Back to a version-2 schema with three partitions recorded and no rows: opening
+    // migrates it and creates the rows.
+    for sql in [
+        format!("DROP INDEX {s}.ojs_kv_job_key"),
+        format!("DELETE FROM {s}.ojs_partitions"),
+        format!("UPDATE {s}.ojs_meta SET value = CASE key WHEN 'partitions' THEN '3' ELSE '2' END"),
+    ] {
+        s3.sql_for_test(&sql);
+    }
+    drop((s3, a, b));
+    let c = PgNode::open(&options(dir.path(), "node-c", 1).unwrap()).unwrap();
+    assert_eq!(c.partitions(), 3);
+    let s0 = c.take(0).unwrap().unwrap();
+    assert_eq!(count(&s0), vec![format!("3/3/{SCHEMA_VERSION}")]);
+    let index = s0.sql_for_test(&format!(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = '{s}' AND indexname = 'ojs_kv_job_key'"
+    ));
+    assert_eq!(index.len(), 1);
+}
