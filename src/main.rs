@@ -133,6 +133,13 @@ struct Args {
     /// MiB; 0: none.
     #[arg(long, env = "OJSD_POSTGRES_CACHE_MB", default_value_t = 64)]
     postgres_cache_mb: u64,
+    /// With --store postgres: the cluster's number of partitions, fixed when its tables are
+    /// created (a node joining a cluster uses the cluster's). A queue belongs to one
+    /// partition (by a hash of its name); each partition is served by one node at a time,
+    /// and the nodes share them out evenly. 1: one node serves everything, the others
+    /// stand by and forward.
+    #[arg(long, env = "OJSD_PARTITIONS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    partitions: u32,
     /// Address for the peer protocol (cluster mode, --store postgres): while this node holds
     /// the partition, the other nodes forward their clients' requests here. It is
     /// registered in PostgreSQL for them to find, so give one they can reach (not
@@ -518,37 +525,18 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             opts.addr = Some(local_addr.to_string());
             opts.peer_addr = peer_addr.map(|a| a.to_string());
             opts.read_cache_bytes = args.postgres_cache_mb.saturating_mul(1024 * 1024);
+            opts.partitions = args.partitions;
             let r = router.clone();
             opts.standby = Some(store::StandbyHooks {
                 holder: Arc::new(move |owner, addr| r.set_holder(owner, addr)),
-                wake,
+                wake: wake.clone(),
             });
             let r = router.clone();
             let cfg = cfg.clone();
             std::thread::Builder::new()
                 .name("ojsd-standby".into())
                 .spawn(move || {
-                    let started = store::open_postgres(&opts)
-                        .map_err(|e| match e {
-                            StoreError::Leased { .. } => e.to_string(),
-                            e => format!("cannot open the postgres store: {e}"),
-                        })
-                        .and_then(|store| {
-                            tracing::info!(
-                                store = "postgres",
-                                ms = opening.elapsed().as_millis() as u64,
-                                "store opened"
-                            );
-                            engine::start_with(store, cfg, shared)
-                                .map_err(|e| format!("cannot start: {e}"))
-                        })
-                        .map(|(handle, thread)| {
-                            r.activate(0, handle);
-                            tracing::info!(
-                                "this node holds the partition: serving from its own engine"
-                            );
-                            thread
-                        });
+                    let started = ojsd::cluster::node::serve(opts, r, cfg, shared, wake, opening);
                     let _ = engine_tx.send(started);
                 })
                 .map_err(|e| e.to_string())?;

@@ -6,6 +6,7 @@
 use super::link::Link;
 use super::route::{route, Route};
 use super::router::{claimed_ids, ready, Cluster, Links, Slot, Target};
+use super::serve::NOT_HOLDER;
 use crate::engine::request::Command;
 use crate::engine::{Answered, ConnId};
 use crate::error::{ErrorCode, OjsError};
@@ -17,6 +18,9 @@ use tokio::sync::oneshot;
 /// After a failed connection to a node, requests fail at once for this long instead of
 /// each trying again (the lease loop looks the holders up meanwhile).
 const RETRY_CONNECT_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How long a request for a partition that no live node holds waits for one to take it.
+const MOVE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -99,9 +103,26 @@ impl Cluster {
 
     /// Where `part`'s requests go now.
     pub(super) async fn target(self: &Arc<Self>, part: u32) -> Result<Target, OjsError> {
-        let Some(slot) = self.slot(part) else {
+        let Some(mut slot) = self.slot(part) else {
             return Err(self.unreachable(None, "no holder known yet"));
         };
+        // With several partitions, one moves between nodes when the nodes rebalance (or
+        // one dies): wait a little for the store's lease loop (woken now) to see its new
+        // holder, rather than refusing the request at once.
+        if self.parts() > 1 && slot.engine.is_none() && !slot.holding.live {
+            let until = Instant::now() + MOVE_WAIT;
+            while Instant::now() < until {
+                self.link_cfg.lost.notify_one();
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                match self.slot(part) {
+                    Some(s) if s.engine.is_some() || s.holding.live => {
+                        slot = s;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
         if let Some(e) = slot.engine {
             return Ok(Target::Local(e));
         }
@@ -183,9 +204,59 @@ impl Cluster {
     ) -> oneshot::Receiver<Answered> {
         match self.target(part).await {
             Ok(Target::Local(h)) => h.submit_with(conn, wid, cmd, bytes, viewed).await,
+            Ok(Target::Remote(l)) if self.parts() > 1 => {
+                // The holder may have given the partition up since the routes were read:
+                // it then refuses the request before running it, and it goes once more to
+                // the partition's new holder.
+                let again = cmd.clone();
+                let first = l
+                    .submit(part, conn, wid.clone(), cmd, bytes, viewed)
+                    .await
+                    .1;
+                let (tx, rx) = oneshot::channel();
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let a = first
+                        .await
+                        .unwrap_or_else(|_| Err(super::link::lost(&l.owner)));
+                    let moved = matches!(&a, Err(e) if e.message.starts_with(NOT_HOLDER));
+                    if !moved {
+                        let _ = tx.send(a);
+                        return;
+                    }
+                    me.moved(part, &l.addr);
+                    let rx = match me.target(part).await {
+                        Ok(Target::Local(h)) => {
+                            h.submit_with(conn, wid, again, bytes, viewed).await
+                        }
+                        Ok(Target::Remote(l)) => {
+                            l.submit(part, conn, wid, again, bytes, viewed).await.1
+                        }
+                        Err(e) => ready(Err(e)),
+                    };
+                    let a = rx
+                        .await
+                        .unwrap_or_else(|_| Err(me.unreachable(Some(part), "no answer")));
+                    let _ = tx.send(a);
+                });
+                rx
+            }
             Ok(Target::Remote(l)) => l.submit(part, conn, wid, cmd, bytes, viewed).await.1,
             Err(e) => ready(Err(e)),
         }
+    }
+
+    /// The node at `addr` said it does not hold `part`: not live there until the lease
+    /// loop says otherwise.
+    fn moved(&self, part: u32, addr: &str) {
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slots.get_mut(part as usize) {
+            if s.engine.is_none() && s.holding.addr.as_deref() == Some(addr) {
+                s.holding.live = false;
+            }
+        }
+        drop(slots);
+        self.link_cfg.lost.notify_one();
     }
 
     /// The partition holding job `id`: remembered, or looked up.

@@ -18,6 +18,7 @@ pub mod check;
 mod dispatch;
 pub mod link;
 mod merge;
+pub mod node;
 pub mod proto;
 pub mod route;
 pub mod router;

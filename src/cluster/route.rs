@@ -70,6 +70,12 @@ pub fn route(cmd: &Command, parts: u32) -> Route {
         return Route::Part(0);
     }
     match cmd {
+        Command::Push { job, .. } if unique_across(&job.job) => refuse_unique(parts),
+        Command::PushBatch(jobs) | Command::PushEach(jobs)
+            if jobs.iter().any(|(j, _)| unique_across(&j.job)) =>
+        {
+            refuse_unique(parts)
+        }
         Command::Push { job, .. } => Route::Part(partition_of(&job.job.queue, parts)),
         Command::PushBatch(jobs) => {
             one_or(jobs.iter().map(|(j, _)| &j.job.queue), parts, "a batch")
@@ -149,6 +155,24 @@ pub fn route(cmd: &Command, parts: u32) -> Route {
              has {parts}; one created with --partitions 1 serves it)"
         )),
     }
+}
+
+/// A job whose uniqueness key leaves its queue out: it must be unique across queues, so
+/// across partitions, which each enforce their own keys.
+fn unique_across(job: &crate::job::Job) -> bool {
+    job.unique
+        .as_ref()
+        .and_then(|u| crate::job::unique::UniquePolicy::parse(u, &job.args).ok())
+        .is_some_and(|p| !p.queue)
+}
+
+fn refuse_unique(parts: u32) -> Route {
+    Route::Refused(format!(
+        "in cluster mode with several partitions (this cluster has {parts}) a unique job's \
+         key must include its queue (\"unique\": {{\"keys\": [..., \"queue\"]}}): each \
+         partition enforces the keys of its own queues, and a key across queues would not \
+         be unique across partitions"
+    ))
 }
 
 /// The deepest a listing may page across partitions: each is asked for its first
@@ -234,8 +258,35 @@ mod tests {
             Route::Job("x".into())
         );
         assert!(matches!(
-            route(&Command::Queue(QueueCmd::Pause(vec![a, b])), parts),
+            route(&Command::Queue(QueueCmd::Pause(vec![a.clone(), b])), parts),
             Route::Refused(_)
         ));
+        // A unique key that leaves the queue out is refused; one with it routes by queue.
+        let push = |unique: serde_json::Value| {
+            let body = serde_json::json!({"type": "t", "args": [1], "queue": a, "unique": unique});
+            let job = crate::engine::intake::Intake::default()
+                .job(body, 60)
+                .unwrap();
+            Command::Push {
+                job: Box::new(job),
+                len: 60,
+                resend: false,
+            }
+        };
+        assert!(matches!(
+            route(&push(serde_json::json!({"keys": ["type", "args"]})), parts),
+            Route::Refused(_)
+        ));
+        assert_eq!(
+            route(
+                &push(serde_json::json!({"keys": ["type", "queue", "args"]})),
+                parts
+            ),
+            Route::Part(partition_of(&a, parts))
+        );
+        assert_eq!(
+            route(&push(serde_json::json!({"keys": ["type", "args"]})), 1),
+            Route::Part(0)
+        );
     }
 }

@@ -124,6 +124,8 @@ pub struct Cluster {
     pub(super) placed: quick_cache::sync::Cache<String, u32>,
     pub(super) locator: OnceLock<Locator>,
     pub(super) workers: Mutex<HashMap<Arc<str>, Worker>>,
+    /// Set by [`Router::shutdown`]: no engine is started any more.
+    pub(super) stopping: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -176,6 +178,7 @@ impl Router {
             placed: quick_cache::sync::Cache::new(PLACED_IDS),
             locator: OnceLock::new(),
             workers: Mutex::new(HashMap::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -561,8 +564,19 @@ impl Router {
 
     /// Ask every engine of this node to finish its batch and stop.
     pub fn shutdown(&self) {
+        if let Router::Cluster(c) = self {
+            c.stopping.store(true, Ordering::SeqCst);
+        }
         for (_, h) in self.locals() {
             h.shutdown();
+        }
+    }
+
+    /// [`shutdown`](Self::shutdown) was called.
+    pub fn is_stopping(&self) -> bool {
+        match self {
+            Router::Local(_) => false,
+            Router::Cluster(c) => c.stopping.load(Ordering::SeqCst),
         }
     }
 }

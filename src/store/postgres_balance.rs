@@ -74,19 +74,32 @@ pub(super) fn plan(v: &View) -> Plan {
             candidates.push(r.part);
         }
     }
+    // Give up partitions while another live node holds fewer than `floor`, and no free
+    // partition is there for it to take: the node holding the most (the smallest id among
+    // equals, so that one node moves per tick) releases down towards `floor`. So 2/2/0 of
+    // four partitions on three nodes becomes 1/2/1, never a node left idle.
     let mut release = Vec::new();
     let held = v.held.len();
-    if held > share {
+    if held > floor {
         let mut counts: BTreeMap<&str, usize> = live.iter().map(|n| (*n, 0)).collect();
         for r in v.routes.iter().filter(|r| r.live) {
             if let Some(c) = r.owner.as_deref().and_then(|o| counts.get_mut(o)) {
                 *c += 1;
             }
         }
-        let starved = counts.iter().any(|(n, c)| *n != v.me && *c < floor);
+        counts.insert(v.me, held);
+        let free = v.routes.iter().filter(|r| !r.live).count();
+        let deficit: usize = counts
+            .iter()
+            .filter(|(n, _)| **n != v.me)
+            .map(|(_, c)| floor.saturating_sub(*c))
+            .sum::<usize>()
+            .saturating_sub(free);
+        let top = counts.values().copied().max().unwrap_or(0);
+        let first_top = counts.iter().find(|(_, c)| **c == top).map(|(n, _)| *n);
         let asked = v.held.values().filter(|h| h.release_asked).count();
-        let more = (held - share).saturating_sub(asked);
-        if starved && more > 0 {
+        let more = (held - floor).min(deficit).saturating_sub(asked);
+        if first_top == Some(v.me) && more > 0 {
             release = v
                 .held
                 .iter()
@@ -198,6 +211,48 @@ mod tests {
         let mut c = plan(&v).candidates;
         c.sort();
         assert_eq!(c, vec![2, 3]);
+    }
+
+    #[test]
+    fn two_two_nothing_of_four_on_three_nodes_leaves_no_node_idle() {
+        // a: 0, 1; b: 2, 3; c: nothing. share 2, floor 1: c is short of its floor.
+        let routes: Vec<_> = (0..4)
+            .map(|p| route(p, Some(if p < 2 { "a" } else { "b" }), true))
+            .collect();
+        let nodes: Vec<String> = ["a", "b", "c"].iter().map(|n| n.to_string()).collect();
+        let empty = BTreeSet::new();
+        let plan_of = |me: &'static str, parts: &[u32]| {
+            let mine = held(parts, 0);
+            plan(&View {
+                me,
+                routes: &routes,
+                live_nodes: &nodes,
+                held: &mine,
+                tick: 10,
+                long_unowned: &empty,
+            })
+        };
+        // One of the two (the first id among those holding most) gives one up.
+        assert_eq!(plan_of("a", &[0, 1]).release, vec![1]);
+        assert!(plan_of("b", &[2, 3]).release.is_empty());
+        // Once a free partition is there for c, nobody else releases.
+        let routes: Vec<_> = (0..4)
+            .map(|p| match p {
+                0 => route(p, Some("a"), true),
+                1 => route(p, None, false),
+                _ => route(p, Some("b"), true),
+            })
+            .collect();
+        let mine = held(&[2, 3], 0);
+        let p = plan(&View {
+            me: "b",
+            routes: &routes,
+            live_nodes: &nodes,
+            held: &mine,
+            tick: 10,
+            long_unowned: &empty,
+        });
+        assert!(p.release.is_empty());
     }
 
     #[test]

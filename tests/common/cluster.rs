@@ -374,8 +374,15 @@ pub struct Ledger {
     pub push_error_codes: Mutex<HashMap<String, usize>>,
 }
 
-fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
+fn producer(
+    lb: String,
+    ledger: Arc<Ledger>,
+    stop: Arc<AtomicBool>,
+    n: usize,
+    queues: Arc<Vec<String>>,
+) {
     let mut c = None;
+    let mut i = n;
     while !stop.load(Ordering::SeqCst) {
         let Some(client) = c.as_mut() else {
             c = connect(&lb, None);
@@ -385,7 +392,11 @@ fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
             continue;
         };
         // A short visibility timeout: a job claimed on the node that died comes back soon.
-        let job = test_job("failover", json!({"args": [n], "timeout": 3}));
+        i += 1;
+        let job = test_job(
+            "failover",
+            json!({"args": [n], "timeout": 3, "queue": queues[i % queues.len()]}),
+        );
         match client.push(&job) {
             Ok(j) => ledger.pushed.lock().unwrap().push(id_of(&j)),
             Err(e) => {
@@ -404,7 +415,14 @@ fn producer(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, n: usize) {
     }
 }
 
-fn worker(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, wid: String) {
+fn worker(
+    lb: String,
+    ledger: Arc<Ledger>,
+    stop: Arc<AtomicBool>,
+    wid: String,
+    queues: Arc<Vec<String>>,
+) {
+    let queues: Vec<&str> = queues.iter().map(String::as_str).collect();
     let mut c: Option<Client> = None;
     while !stop.load(Ordering::SeqCst) {
         let Some(client) = c.as_mut() else {
@@ -414,7 +432,7 @@ fn worker(lb: String, ledger: Arc<Ledger>, stop: Arc<AtomicBool>, wid: String) {
             }
             continue;
         };
-        let job = match client.fetch(&["failover"]) {
+        let job = match client.fetch(&queues) {
             Ok(Some(job)) => job,
             Ok(None) => continue,
             Err(_) => {
@@ -447,24 +465,49 @@ impl Load {
 
     /// Producers connected to `to_producers` and workers to `to_workers` (two nodes, say).
     pub fn split(to_producers: &str, to_workers: &str, producers: usize, workers: usize) -> Load {
+        Load::over(
+            to_producers,
+            to_workers,
+            producers,
+            workers,
+            vec!["failover".to_string()],
+        )
+    }
+
+    /// [`split`](Self::split), producers pushing to `queues` in turn and workers fetching
+    /// from all of them.
+    pub fn over(
+        to_producers: &str,
+        to_workers: &str,
+        producers: usize,
+        workers: usize,
+        queues: Vec<String>,
+    ) -> Load {
+        let queues = Arc::new(queues);
         let ledger = Arc::new(Ledger::default());
         let stop_producers = Arc::new(AtomicBool::new(false));
         let stop_workers = Arc::new(AtomicBool::new(false));
         let p = (0..producers)
             .map(|n| {
-                let (lb, l, s) = (
+                let (lb, l, s, q) = (
                     to_producers.to_string(),
                     ledger.clone(),
                     stop_producers.clone(),
+                    queues.clone(),
                 );
-                std::thread::spawn(move || producer(lb, l, s, n))
+                std::thread::spawn(move || producer(lb, l, s, n, q))
             })
             .collect();
         let w = (0..workers)
             .map(|n| {
-                let (lb, l, s) = (to_workers.to_string(), ledger.clone(), stop_workers.clone());
+                let (lb, l, s, q) = (
+                    to_workers.to_string(),
+                    ledger.clone(),
+                    stop_workers.clone(),
+                    queues.clone(),
+                );
                 let wid = format!("w-{n}");
-                std::thread::spawn(move || worker(lb, l, s, wid))
+                std::thread::spawn(move || worker(lb, l, s, wid, q))
             })
             .collect();
         Load {

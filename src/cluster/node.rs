@@ -1,0 +1,201 @@
+//! A cluster node's engines (`--store postgres`): the store's node ([`PgNode`]) hands
+//! this node partitions, and this module runs one engine over each and tells the
+//! [`Router`] (its requests run there from then on), stops an engine when the balancer
+//! asks for its partition back (the store, dropped with the engine, releases the lease),
+//! and forgets one whose engine ended (fenced: another node took the partition).
+//!
+//! With one partition (`--partitions 1`, the default) the node waits as a standby for
+//! the partition's lease and runs its one engine as before; the process ends when that
+//! engine does.
+
+use super::{Holding, Router};
+use crate::engine::{self, Config, EngineHandle, Shared};
+use crate::store::{
+    NodeHooks, PartRoute, PgNode, PostgresOptions, PostgresStore, Space, StoreError,
+};
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// An engine's thread.
+pub type EngineThread = JoinHandle<Result<(), StoreError>>;
+
+enum Event {
+    Acquired(u32, PostgresStore),
+    Release(u32),
+    Ended(u32, u64, Result<(), StoreError>),
+}
+
+fn shared_of(s: &Shared) -> Shared {
+    Shared {
+        subscribers: s.subscribers.clone(),
+        connections: s.connections.clone(),
+        next_conn: s.next_conn.clone(),
+    }
+}
+
+/// Open the node, then serve: the returned thread ends when this node's engines have
+/// stopped (one partition: its engine; several: after [`Router::shutdown`]).
+pub fn serve(
+    opts: PostgresOptions,
+    router: Router,
+    cfg: Config,
+    shared: Shared,
+    wake: Arc<tokio::sync::Notify>,
+    opening: Instant,
+) -> Result<EngineThread, String> {
+    let node = PgNode::open(&opts).map_err(|e| format!("cannot open the postgres store: {e}"))?;
+    let parts = node.partitions();
+    router.set_partitions(parts);
+    let finder = node.clone();
+    router.set_locator(Arc::new(move |id: uuid::Uuid| {
+        let f = finder.locate(Space::Job, id.as_bytes().to_vec());
+        Box::pin(async move { f.await.map_err(|e| e.to_string()) })
+    }));
+    if parts == 1 {
+        let store = node.acquire(&opts).map_err(|e| match e {
+            StoreError::Leased { .. } => e.to_string(),
+            e => format!("cannot open the postgres store: {e}"),
+        })?;
+        tracing::info!(
+            store = "postgres",
+            ms = opening.elapsed().as_millis() as u64,
+            "store opened"
+        );
+        let (handle, thread) = engine::start_with(Box::new(store), cfg, shared)
+            .map_err(|e| format!("cannot start: {e}"))?;
+        router.activate(0, handle);
+        tracing::info!("this node holds the partition: serving from its own engine");
+        return Ok(thread);
+    }
+    tracing::info!(
+        partitions = parts,
+        ms = opening.elapsed().as_millis() as u64,
+        "postgres store opened: sharing the partitions out with the other nodes"
+    );
+    let (tx, rx) = mpsc::channel::<Event>();
+    let routes = router.clone();
+    let (t1, t2) = (tx.clone(), tx.clone());
+    node.run(NodeHooks {
+        acquired: Arc::new(move |p, store| {
+            let _ = t1.send(Event::Acquired(p, store));
+        }),
+        release: Arc::new(move |p| {
+            let _ = t2.send(Event::Release(p));
+        }),
+        routes: Arc::new(move |rs: &[PartRoute]| {
+            let hs: Vec<Holding> = rs
+                .iter()
+                .map(|r| Holding {
+                    part: r.part,
+                    owner: r.owner.clone(),
+                    addr: r.peer_addr.clone(),
+                    live: r.live,
+                })
+                .collect();
+            routes.set_routes(&hs);
+        }),
+        wake,
+    });
+    std::thread::Builder::new()
+        .name("ojsd-partitions".into())
+        .spawn(move || {
+            let run = Engines {
+                router,
+                cfg,
+                shared,
+                tx,
+                running: HashMap::new(),
+                next: 0,
+            };
+            let r = run.serve(rx);
+            drop(node);
+            r
+        })
+        .map_err(|e| e.to_string())
+}
+
+struct Engines {
+    router: Router,
+    cfg: Config,
+    shared: Shared,
+    tx: mpsc::Sender<Event>,
+    /// This node's engines by partition, each with a number (a partition taken again
+    /// gets a new one, so the end of an old engine is not taken for the new one's).
+    running: HashMap<u32, (u64, EngineHandle)>,
+    next: u64,
+}
+
+impl Engines {
+    fn serve(mut self, rx: mpsc::Receiver<Event>) -> Result<(), StoreError> {
+        loop {
+            let stopping = self.router.is_stopping();
+            if stopping && self.running.is_empty() {
+                return Ok(());
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Event::Acquired(p, store)) if !stopping => self.start(p, store),
+                // Stopping: the store is dropped, which gives the partition back.
+                Ok(Event::Acquired(..)) => {}
+                Ok(Event::Release(p)) => {
+                    if let Some((_, h)) = self.running.get(&p) {
+                        tracing::info!(part = p, "giving the partition up for balance");
+                        self.router.deactivate(p);
+                        h.shutdown();
+                    }
+                }
+                Ok(Event::Ended(p, n, result)) => {
+                    if self.running.get(&p).is_some_and(|(m, _)| *m == n) {
+                        self.running.remove(&p);
+                        self.router.deactivate(p);
+                    }
+                    match result {
+                        Ok(()) => tracing::info!(part = p, "the partition's engine stopped"),
+                        Err(e) => tracing::warn!(part = p, error = %e,
+                            "the partition's engine ended; another node serves it"),
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            if self.router.is_stopping() {
+                for (_, h) in self.running.values() {
+                    h.shutdown();
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, p: u32, store: PostgresStore) {
+        let t0 = Instant::now();
+        match engine::start_with(Box::new(store), self.cfg.clone(), shared_of(&self.shared)) {
+            Ok((handle, thread)) => {
+                self.next += 1;
+                let n = self.next;
+                self.router.activate(p, handle.clone());
+                self.running.insert(p, (n, handle));
+                tracing::info!(
+                    part = p,
+                    ms = t0.elapsed().as_millis() as u64,
+                    "serving the partition from this node's engine"
+                );
+                let tx = self.tx.clone();
+                let watcher = std::thread::Builder::new()
+                    .name("ojsd-part-watch".into())
+                    .spawn(move || {
+                        let r = thread
+                            .join()
+                            .unwrap_or_else(|_| Err(StoreError::Other("engine panicked".into())));
+                        let _ = tx.send(Event::Ended(p, n, r));
+                    });
+                if let Err(e) = watcher {
+                    tracing::error!(part = p, error = %e, "cannot watch the partition's engine");
+                }
+            }
+            // The store is dropped: the partition goes back, and a node takes it again.
+            Err(e) => tracing::error!(part = p, error = %e, "cannot start the partition's engine"),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! A cluster of several partitions (`--partitions 4`, PROTOCOL.md §16): three `ojsd
+//! --store postgres` nodes share the partitions out, each serving its share from an
+//! engine per partition, and every node serves every client by routing each request to
+//! the partition of its queue (or job), here or at the node holding it.
+//!
+//! - the nodes balance to a fair share (2/1/1), as CLUSTER on any node shows;
+//! - jobs pushed to eight queues through one node, fetched through another with one FETCH
+//!   over all eight queues, ACKed there: each completes once; INFO on the third node
+//!   counts them all, and a JOB by id finds each from any node;
+//! - kill -9 of the node holding the most partitions under load (producers and workers on
+//!   the other two nodes, eight queues): its partitions are served again by the others,
+//!   every push answered +OK completes, and no ACK is answered +OK twice;
+//! - a node that joins gets partitions handed over (released by the others, not by a
+//!   lease running out).
+//!
+//! Needs `OJSD_TEST_POSTGRES_URL` (.ci/run sets it); skipped with a notice otherwise.
+
+mod common;
+
+use common::cluster::{connect, wait_until, Cluster, Load, Proc, NAMES};
+use common::{id_of, test_job};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(40);
+const PARTS: usize = 4;
+
+fn url() -> Option<String> {
+    let url = std::env::var("OJSD_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
+    }
+    url
+}
+
+fn cluster(n: usize) -> Cluster {
+    let mut c = Cluster::new(url().unwrap(), n);
+    c.extra = vec!["--partitions".into(), PARTS.to_string()];
+    c
+}
+
+/// Live partitions per node, as CLUSTER on `addr` says.
+fn held(addr: &str) -> Option<HashMap<String, Vec<u64>>> {
+    let mut cl = connect(addr, None)?;
+    let v: Value = cl.cluster().ok()?;
+    if v["partitions"] != json!(PARTS) {
+        return None;
+    }
+    let mut out = HashMap::new();
+    for n in v["nodes"].as_array()? {
+        let parts: Vec<u64> = n["partitions"]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect();
+        out.insert(n["id"].as_str()?.to_string(), parts);
+    }
+    Some(out)
+}
+
+/// Every partition held, by `nodes` nodes, none holding more than its fair share.
+fn balanced(addr: &str, nodes: usize) -> bool {
+    let Some(h) = held(addr) else { return false };
+    let share = PARTS.div_ceil(nodes);
+    let total: usize = h.values().map(Vec::len).sum();
+    total == PARTS
+        && h.values().filter(|p| !p.is_empty()).count() == nodes
+        && h.values().all(|p| p.len() <= share)
+}
+
+fn start(c: &Cluster, n: usize) -> Vec<Proc> {
+    let nodes: Vec<Proc> = (0..n).map(|i| c.node(i)).collect();
+    wait_until("the nodes to share the partitions out", LIMIT, || {
+        balanced(&c.nodes[0].0, n)
+    });
+    nodes
+}
+
+fn queues() -> Vec<String> {
+    (0..8).map(|i| format!("pq{i}")).collect()
+}
+
+#[test]
+fn jobs_of_many_queues_through_any_node() {
+    if url().is_none() {
+        return;
+    }
+    let c = cluster(3);
+    let _nodes = start(&c, 3);
+    let (a, b, cc) = (&c.nodes[0].0, &c.nodes[1].0, &c.nodes[2].0);
+    let qs = queues();
+    let mut producer = connect(b, None).unwrap();
+    let mut pushed = Vec::new();
+    for i in 0..40 {
+        let j = producer
+            .push(&test_job(&qs[i % qs.len()], json!({"args": [i]})))
+            .unwrap();
+        pushed.push(id_of(&j));
+    }
+    let mut worker = connect(cc, Some("w-parts".into())).unwrap();
+    let all: Vec<&str> = qs.iter().map(String::as_str).collect();
+    let mut fetched = Vec::new();
+    while let Some(job) = worker.fetch(&all).unwrap() {
+        let id = id_of(&job);
+        worker.ack(&id, None).unwrap();
+        fetched.push(id);
+    }
+    fetched.sort();
+    let mut want = pushed.clone();
+    want.sort();
+    assert_eq!(fetched, want, "each job fetched once");
+    let mut observer = connect(a, None).unwrap();
+    let info: Value = observer.info().unwrap();
+    assert_eq!(info["totals"]["completed"], json!(40), "{info}");
+    for id in &pushed {
+        let j: Value = observer.job(id).unwrap();
+        assert_eq!(j["state"], "completed");
+    }
+}
+
+#[test]
+fn kill9_of_the_busiest_node_under_load() {
+    if url().is_none() {
+        return;
+    }
+    let c = cluster(3);
+    let mut nodes = start(&c, 3);
+    let h = held(&c.nodes[0].0).unwrap();
+    let busiest = NAMES[..3]
+        .iter()
+        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
+        .unwrap();
+    let others: Vec<usize> = (0..3).filter(|i| *i != busiest).collect();
+    let (to_p, to_w) = (&c.nodes[others[0]].0, &c.nodes[others[1]].0);
+    let load = Load::over(to_p, to_w, 4, 4, queues());
+    wait_until("jobs to flow", LIMIT, || load.acked() > 50);
+    nodes[busiest].kill9();
+    let killed = Instant::now();
+    wait_until("the survivors to serve every partition", LIMIT, || {
+        balanced(to_p, 2)
+    });
+    let served = killed.elapsed();
+    let before = load.acked();
+    wait_until("jobs to flow again", LIMIT, || load.acked() > before + 50);
+    let (pushed, refused) = load.finish_and_check(to_p);
+    eprintln!(
+        "partitions served again {} ms after the kill (lease TTL {} ms); {pushed} pushes \
+         answered +OK, {refused} refused or cut",
+        served.as_millis(),
+        c.ttl_ms
+    );
+}
+
+#[test]
+fn a_joining_node_is_handed_partitions() {
+    if url().is_none() {
+        return;
+    }
+    let c = cluster(3);
+    let _two = start(&c, 2);
+    let third = c.node(2);
+    let t0 = Instant::now();
+    wait_until("the third node to be handed its share", LIMIT, || {
+        balanced(&c.nodes[0].0, 3)
+    });
+    // Handed over, not waited out: well within a lease's expiry plus the 2-TTL rule.
+    assert!(
+        t0.elapsed() < Duration::from_millis(c.ttl_ms * 2),
+        "{:?}",
+        t0.elapsed()
+    );
+    // The moved partitions serve: a job to each queue, pushed and fetched via the new node.
+    let mut cl = connect(&c.nodes[2].0, Some("w-new".into())).unwrap();
+    for q in queues() {
+        let j = cl.push(&test_job(&q, json!({}))).unwrap();
+        let got = cl.fetch(&[q.as_str()]).unwrap().expect("the job");
+        assert_eq!(id_of(&got), id_of(&j));
+        cl.ack(&id_of(&got), None).unwrap();
+    }
+    drop(third);
+}
