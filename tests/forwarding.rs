@@ -619,3 +619,31 @@ fn a_peer_that_reads_no_answers_is_held_to_its_budget() {
     producer.push(&test_job("pages", json!({}))).unwrap();
     drop(s);
 }
+
+/// The holder answers a peer's events request that finds nothing yet once an event
+/// matches (a long poll, PROTOCOL.md §16), not with an empty page at once: a subscriber on
+/// a standby gets live events without polling.
+#[test]
+fn a_peers_events_request_waits_for_the_next_event() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 2);
+    let _nodes = start(&c);
+    let mut s = TcpStream::connect(&c.peers[0]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    read_frame(&mut s).expect("a challenge");
+    let auth = json!({"Auth": {"version": 2, "node": "poller", "pwdhash": null}});
+    send_frame(&mut s, auth.to_string().as_bytes());
+    assert_eq!(read_frame(&mut s).expect("welcome"), json!("Welcome"));
+    let req = json!({"Events": {"id": 1, "part": 0, "start": {"After": 0}, "limit": 100,
+        "bytes": 1 << 20, "wait_ms": 8000,
+        "filter": {"event_types": ["job.enqueued"], "queues": ["lp"], "job_types": [],
+                   "sources": []}}});
+    send_frame(&mut s, req.to_string().as_bytes());
+    // The request is parked at the holder; then a job is pushed to the queue it watches.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut producer = client(&c.nodes[1].0, None);
+    producer.push(&test_job("lp", json!({}))).unwrap();
+    let answer = read_frame(&mut s).expect("the events page");
+    let page = &answer["Events"]["page"]["Ok"];
+    assert_eq!(page["count"], json!(1), "{answer}");
+}

@@ -311,6 +311,7 @@ impl Link {
     }
 
     /// One page of the holder's event log.
+    #[allow(clippy::too_many_arguments)]
     pub async fn events(
         &self,
         part: u32,
@@ -318,6 +319,7 @@ impl Link {
         start: Start,
         limit: usize,
         bytes: usize,
+        wait_ms: u64,
     ) -> Result<Page, OjsError> {
         let (reply, rx) = oneshot::channel();
         let sent = self
@@ -331,6 +333,7 @@ impl Link {
                         start,
                         limit,
                         bytes,
+                        wait_ms,
                     },
                 )
             })

@@ -67,6 +67,10 @@ pub enum ToOwner {
         start: Start,
         limit: usize,
         bytes: usize,
+        /// When nothing matches after `start` yet: wait up to this long for an event
+        /// before answering the empty page (a subscriber's long poll; 0 answers at once).
+        #[serde(default)]
+        wait_ms: u64,
     },
 }
 

@@ -25,8 +25,12 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// How long a forwarding node's subscriber waits before asking the holder for events
-/// again once it has read up to the head (there is no live feed across nodes yet).
+/// A subscriber on a node that does not hold its partition reads the holder's log by long
+/// polls: the holder answers as soon as an event matches, or after this long with none.
+const LONG_POLL_MS: u64 = 10_000;
+
+/// How long such a subscriber waits before asking again after an empty page that came at
+/// once (a holder that does not wait), so that it never loops busily.
 pub const REMOTE_POLL: Duration = Duration::from_millis(250);
 
 /// Job ids whose partition this node remembers (from the PUSHes and FETCHes it routed),
@@ -501,7 +505,7 @@ impl Router {
                     Target::Local(h) => h.events(filter, start, limit).await,
                     // A poll's page: a few MiB (a peer holds twice a page's bytes of its
                     // budget while the page is read and sent).
-                    Target::Remote(l) => l.events(p, filter, start, limit, 4 << 20).await,
+                    Target::Remote(l) => l.events(p, filter, start, limit, 4 << 20, 0).await,
                 }
             }
         }
@@ -608,13 +612,16 @@ impl PageSource for Router {
                 }
                 Target::Remote(l) => l,
             };
+            // A long poll: the holder answers once an event matches (or after a while).
+            let asked = std::time::Instant::now();
             let page = link
-                .events(p, filter, start, limit, reservation.bytes())
+                .events(p, filter, start, limit, reservation.bytes(), LONG_POLL_MS)
                 .await?;
             let (count, last, has_more) = (page.count, page.last, page.has_more);
             // No live feed across nodes: the reader comes back for the next page.
             buf.put_page(page.events, reservation, false);
-            if count == 0 && !has_more {
+            if count == 0 && !has_more && asked.elapsed() < REMOTE_POLL {
+                // An empty page at once (the holder did not wait): not a busy loop.
                 tokio::time::sleep(REMOTE_POLL).await;
             }
             Ok(Page {

@@ -394,6 +394,7 @@ async fn peer_connection<S>(
                 start,
                 limit,
                 bytes,
+                wait_ms,
             } => {
                 let out = out.clone();
                 let limits = cfg.limits;
@@ -402,15 +403,13 @@ async fn peer_connection<S>(
                 tasks.spawn(async move {
                     let page = match engine {
                         None => Err(not_holder(&holder, part)),
-                        Some(engine) => engine
-                            .events_within(
-                                filter,
-                                start,
-                                limit.min(1000),
-                                page_bytes(bytes, &limits),
-                            )
-                            .await
-                            .map(super::proto::WirePage::from),
+                        Some(engine) => {
+                            let wait = Duration::from_millis(wait_ms).min(MAX_EVENTS_WAIT);
+                            let bytes = page_bytes(bytes, &limits);
+                            long_poll(&engine, filter, start, limit.min(1000), bytes, wait)
+                                .await
+                                .map(super::proto::WirePage::from)
+                        }
                     };
                     let msg = FromOwner::Events { id, page };
                     send(&out, &msg, id, permits, &limits);
@@ -465,6 +464,35 @@ async fn peer_connection<S>(
         }
     }
     tracing::info!(%peer, %node, "peer disconnected; its connections are closed here");
+}
+
+/// Longest a peer's events request waits for an event (a subscriber's long poll).
+const MAX_EVENTS_WAIT: Duration = Duration::from_secs(15);
+
+/// One page of events after `start`; when none matches yet and `wait` is not zero, the
+/// page once the first matching event is committed, or the empty page after `wait`. The
+/// wait is a live subscription of this engine's (its buffer counted in the subscribers'
+/// bounds); the page is read from the log, so it holds what a poll would.
+async fn long_poll(
+    engine: &EngineHandle,
+    filter: crate::events::EventFilter,
+    start: crate::events::Start,
+    limit: usize,
+    bytes: usize,
+    wait: Duration,
+) -> Result<crate::engine::Page, OjsError> {
+    let page = engine
+        .events_within(filter.clone(), start, limit, bytes)
+        .await?;
+    if wait.is_zero() || page.count > 0 || page.has_more {
+        return Ok(page);
+    }
+    let after = crate::events::Start::After(page.last);
+    let mut sub = engine.subscription(filter.clone(), after);
+    match tokio::time::timeout(wait, sub.next()).await {
+        Ok(Ok(_)) => engine.events_within(filter, after, limit, bytes).await,
+        _ => Ok(page),
+    }
 }
 
 /// A cancelled FETCH's answer, if the engine sent one before the cancel: its jobs go back.
