@@ -182,3 +182,45 @@ fn a_joining_node_is_handed_partitions() {
     }
     drop(third);
 }
+
+/// While a dead node's partitions wait for their lease to run out, the surviving nodes
+/// stay healthy (`GET /ojs/v1/health` 200: they serve their own partitions), so a load
+/// balancer keeps sending them clients instead of marking every node down at once.
+#[test]
+fn survivors_stay_healthy_while_a_dead_nodes_partitions_wait() {
+    if url().is_none() {
+        return;
+    }
+    let mut c = cluster(3);
+    c.ttl_ms = 8000;
+    let mut nodes = start(&c, 3);
+    let h = held(&c.nodes[0].0).unwrap();
+    let busiest = NAMES[..3]
+        .iter()
+        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
+        .unwrap();
+    nodes[busiest].kill9();
+    let killed = Instant::now();
+    for i in (0..3).filter(|i| *i != busiest) {
+        let (status, body) = health(&c.nodes[i].1);
+        assert_eq!(status, 200, "{}: {body}", NAMES[i]);
+    }
+    assert!(
+        killed.elapsed() < Duration::from_millis(c.ttl_ms),
+        "checked before the lease ran out"
+    );
+}
+
+fn health(addr: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /ojs/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    (text[9..12].parse().unwrap(), text)
+}

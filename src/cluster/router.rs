@@ -381,6 +381,38 @@ impl Router {
         }
     }
 
+    /// What a health check asks: INFO. With several partitions, of this node's own engines
+    /// (each must answer), or of one live partition's holder when it runs none: a node is
+    /// healthy while it can serve, and a partition moving between nodes (whose requests
+    /// wait for its new holder) does not make every node unhealthy at once behind a load
+    /// balancer.
+    pub async fn probe(&self) -> Answered {
+        let Router::Cluster(c) = self else {
+            return self.call(None, Command::Info).await;
+        };
+        if c.parts() <= 1 {
+            return self.call(None, Command::Info).await;
+        }
+        let locals = self.locals();
+        if locals.is_empty() {
+            let live = (0..c.parts()).find(|p| c.slot(*p).is_some_and(|s| s.holding.live));
+            let Some(p) = live else {
+                return Err(c.unreachable(None, "no partition has a live holder"));
+            };
+            return c
+                .on(p, None, None, Command::Info, 0, false)
+                .await
+                .await
+                .unwrap_or_else(|_| Err(c.unreachable(Some(p), "no answer")));
+        }
+        let mut first = None;
+        for (_, h) in locals {
+            let a = h.call(None, Command::Info).await?;
+            first.get_or_insert(a);
+        }
+        Ok(first.unwrap_or(Answer::Nothing))
+    }
+
     pub fn intake(&self) -> &Intake {
         match self {
             Router::Local(h) => h.intake(),

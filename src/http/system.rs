@@ -19,10 +19,11 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 
 /// Healthy when the engine answers an INFO: that needs its thread alive and its loop turning
-/// (on a forwarding node, the holder's engine, reached through the peer connection).
+/// (on a forwarding node, the holder's engine, reached through the peer connection; with
+/// several partitions, this node's engines, see `Router::probe`).
 pub async fn health(State(st): State<AppState>) -> Response {
     let t0 = Instant::now();
-    let answer = tokio::time::timeout(HEALTH_TIMEOUT, st.engine.call(None, Command::Info)).await;
+    let answer = tokio::time::timeout(HEALTH_TIMEOUT, st.engine.probe()).await;
     let latency_ms = t0.elapsed().as_millis() as u64;
     let uptime = st.started.elapsed().as_secs();
     let (status, backend) = match answer {
