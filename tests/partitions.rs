@@ -224,3 +224,36 @@ fn health(addr: &str) -> (u16, String) {
     s.read_to_string(&mut text).unwrap();
     (text[9..12].parse().unwrap(), text)
 }
+
+/// Partitions move under load: a third node joins (the others hand it its share), then
+/// one of the first two stops cleanly (SIGTERM: its engines finish their batches and its
+/// leases are released), with producers and workers on the node that stays throughout.
+/// Every push answered +OK completes, and no ACK is answered +OK twice.
+#[test]
+fn a_node_added_and_one_stopped_under_load() {
+    if url().is_none() {
+        return;
+    }
+    let c = cluster(3);
+    let mut nodes = start(&c, 2);
+    let to = &c.nodes[0].0;
+    let load = Load::over(to, to, 3, 3, queues());
+    wait_until("jobs to flow", LIMIT, || load.acked() > 50);
+    nodes.push(c.node(2));
+    wait_until("the new node to get its share", LIMIT, || balanced(to, 3));
+    let before = load.acked();
+    wait_until("jobs to flow after the move", LIMIT, || {
+        load.acked() > before + 50
+    });
+    nodes[1].signal("-TERM");
+    assert_eq!(nodes[1].wait_exit(LIMIT), Some(0), "a clean stop");
+    wait_until("the two left to share every partition", LIMIT, || {
+        balanced(to, 2)
+    });
+    let before = load.acked();
+    wait_until("jobs to flow after the stop", LIMIT, || {
+        load.acked() > before + 50
+    });
+    let (pushed, refused) = load.finish_and_check(to);
+    eprintln!("{pushed} pushes answered +OK, {refused} refused or cut");
+}
