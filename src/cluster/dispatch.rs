@@ -103,6 +103,16 @@ impl Cluster {
 
     /// Where `part`'s requests go now.
     pub(super) async fn target(self: &Arc<Self>, part: u32) -> Result<Target, OjsError> {
+        // The common case, this node's engine, without copying the slot's strings.
+        let local = self
+            .slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(part as usize)
+            .and_then(|s| s.engine.clone());
+        if let Some(e) = local {
+            return Ok(Target::Local(e));
+        }
         let Some(mut slot) = self.slot(part) else {
             return Err(self.unreachable(None, "no holder known yet"));
         };

@@ -278,7 +278,12 @@ impl Router {
     pub fn engine_of(&self, part: u32) -> Option<EngineHandle> {
         match self {
             Router::Local(h) => (part == 0).then(|| h.clone()),
-            Router::Cluster(c) => c.slot(part).and_then(|s| s.engine),
+            Router::Cluster(c) => c
+                .slots
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(part as usize)
+                .and_then(|s| s.engine.clone()),
         }
     }
 
