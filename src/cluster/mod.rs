@@ -1,16 +1,18 @@
-//! Cluster mode above the engine: routing a front end's requests to the engine of the node
-//! that holds the partition, and the peer protocol that carries them (PROTOCOL.md §15).
+//! Cluster mode above the engine (`--store postgres`, PROTOCOL.md §16): the cluster has
+//! `P` partitions (`--partitions`), a queue belongs to one (`route.rs`), and each is held
+//! by one node at a time, which runs an engine for it (`node.rs`, as the store's balancer
+//! hands partitions over). Every node serves every client: the [`Router`] (`router.rs`,
+//! `dispatch.rs`) runs a request on this node's engine for its partition or forwards it
+//! over the peer protocol to the node holding it, and `spread.rs` / `merge.rs` serve what
+//! concerns several partitions.
 //!
-//! - [`Router`] (`router.rs`) is what every front end holds: the `EngineHandle` surface.
-//!   On one node (fjall, sled) it is the engine's handle itself; with `--store postgres`
-//!   it runs requests on this node's engine once the node holds the partition, and
-//!   forwards them to the holder until then.
-//! - `check.rs`: the bounds the holder applies again to what a peer sends.
-//! - `proto.rs`: the messages, each a JSON value in a length-delimited frame, and their
-//!   bounds; `link.rs`: a node's connection to the holder (one, multiplexed: each request
-//!   has an id and replies come back in any order); `serve.rs`: the holder's side
-//!   (`--peer-listen`), which runs what peers send on its own engine under its own
-//!   connection ids, and treats whatever a dropped peer connection carried as closed.
+//! - `proto.rs`: the peer messages, each a JSON value in a length-delimited frame, and
+//!   their bounds; `link.rs`: a node's multiplexed connection to another (each request
+//!   has an id, answers come back in any order); `serve.rs`: the `--peer-listen` side,
+//!   which runs what peers send on the engine of the partition each request names, under
+//!   this node's connection ids, and treats whatever a dropped peer connection carried as
+//!   closed; `check.rs`: the bounds applied again to what a peer sends.
+//! - On one node (fjall, sled) the Router is the engine's handle itself.
 //!
 //! The engine knows nothing of this module.
 
