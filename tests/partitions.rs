@@ -36,6 +36,14 @@ fn url() -> Option<String> {
     url
 }
 
+/// One cluster at a time: three nodes per test on two cores are enough (the leases are
+/// short, and starved nodes would let them run out).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn cluster(n: usize) -> Cluster {
     let mut c = Cluster::new(url().unwrap(), n);
     c.extra = vec!["--partitions".into(), PARTS.to_string()];
@@ -88,6 +96,7 @@ fn jobs_of_many_queues_through_any_node() {
     if url().is_none() {
         return;
     }
+    let _one = serial();
     let c = cluster(3);
     let _nodes = start(&c, 3);
     let (a, b, cc) = (&c.nodes[0].0, &c.nodes[1].0, &c.nodes[2].0);
@@ -126,6 +135,7 @@ fn kill9_of_the_busiest_node_under_load() {
     if url().is_none() {
         return;
     }
+    let _one = serial();
     let c = cluster(3);
     let mut nodes = start(&c, 3);
     let h = held(&c.nodes[0].0).unwrap();
@@ -159,6 +169,7 @@ fn a_joining_node_is_handed_partitions() {
     if url().is_none() {
         return;
     }
+    let _one = serial();
     let c = cluster(3);
     let _two = start(&c, 2);
     let third = c.node(2);
@@ -191,6 +202,7 @@ fn survivors_stay_healthy_while_a_dead_nodes_partitions_wait() {
     if url().is_none() {
         return;
     }
+    let _one = serial();
     let mut c = cluster(3);
     c.ttl_ms = 8000;
     let mut nodes = start(&c, 3);
@@ -234,6 +246,7 @@ fn a_node_added_and_one_stopped_under_load() {
     if url().is_none() {
         return;
     }
+    let _one = serial();
     let c = cluster(3);
     let mut nodes = start(&c, 2);
     let to = &c.nodes[0].0;
@@ -256,4 +269,109 @@ fn a_node_added_and_one_stopped_under_load() {
     });
     let (pushed, refused) = load.finish_and_check(to);
     eprintln!("{pushed} pushes answered +OK, {refused} refused or cut");
+}
+
+/// An SSE stream on one node over every partition (no queue filter): each job enqueued
+/// through another node, whichever partition its queue is in; its ids are positions, and
+/// a stream resumed from one (`Last-Event-ID`) sends what followed it, and nothing twice.
+#[test]
+fn an_event_stream_over_every_partition_resumes_from_its_position() {
+    if url().is_none() {
+        return;
+    }
+    let _one = serial();
+    let c = cluster(3);
+    let mut nodes = start(&c, 3);
+    let http = &c.nodes[2].1;
+    let mut stream = sse(http, None);
+    let mut producer = connect(&c.nodes[0].0, None).unwrap();
+    let mut pushed = Vec::new();
+    for q in queues() {
+        pushed.push(id_of(&producer.push(&test_job(&q, json!({}))).unwrap()));
+    }
+    let first: Vec<(String, String)> = (0..pushed.len()).map(|_| next_event(&mut stream)).collect();
+    let mut seen: Vec<String> = first.iter().map(|(_, j)| j.clone()).collect();
+    seen.sort();
+    let mut want = pushed.clone();
+    want.sort();
+    assert_eq!(seen, want, "every enqueue, once");
+    assert!(
+        first.iter().all(|(id, _)| id.starts_with("p4:")),
+        "{first:?}"
+    );
+    // Resume after the third: the other five, no repeat.
+    let mut resumed = sse(http, Some(&first[2].0));
+    let rest: Vec<String> = (3..pushed.len())
+        .map(|_| next_event(&mut resumed).1)
+        .collect();
+    let mut rest_sorted = rest.clone();
+    rest_sorted.sort();
+    let mut want: Vec<String> = first[3..].iter().map(|(_, j)| j.clone()).collect();
+    want.sort();
+    assert_eq!(rest_sorted, want);
+    // The first stream outlives a kill -9 of another node: once that node's partitions
+    // are served again, their events come too.
+    nodes[1].kill9();
+    let mut producer = connect(&c.nodes[2].0, None).unwrap();
+    let mut later = Vec::new();
+    for q in queues() {
+        let deadline = std::time::Instant::now() + LIMIT;
+        let j = loop {
+            match producer.push(&test_job(&q, json!({}))) {
+                Ok(j) => break j,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    producer = connect(&c.nodes[2].0, None).unwrap();
+                }
+                Err(e) => panic!("push to {q}: {e}"),
+            }
+        };
+        later.push(id_of(&j));
+    }
+    let mut got: Vec<String> = (0..later.len())
+        .map(|_| next_event(&mut stream).1)
+        .collect();
+    got.sort();
+    later.sort();
+    assert_eq!(got, later);
+}
+
+/// An SSE stream of `job.enqueued` events on `addr`, optionally resumed.
+fn sse(addr: &str, last: Option<&str>) -> std::io::BufReader<std::net::TcpStream> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let resume = last.map_or(String::new(), |l| format!("Last-Event-ID: {l}\r\n"));
+    write!(
+        s,
+        "GET /ojs/v1/events/stream?types=job.enqueued HTTP/1.1\r\nHost: x\r\n\
+         Accept: text/event-stream\r\n{resume}\r\n"
+    )
+    .unwrap();
+    let mut r = std::io::BufReader::new(s);
+    let mut status = String::new();
+    std::io::BufRead::read_line(&mut r, &mut status).unwrap();
+    assert!(status.contains(" 200 "), "{status}");
+    r
+}
+
+/// The next event of an SSE stream: (its id, its job id).
+fn next_event(r: &mut std::io::BufReader<std::net::TcpStream>) -> (String, String) {
+    let mut id = String::new();
+    // Keep-alive comments come every few seconds: bound the whole wait, not each read.
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        assert!(Instant::now() < deadline, "no event within {LIMIT:?}");
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(r, &mut line).expect("an event in time");
+        assert!(n > 0, "the stream ended");
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = v.trim().to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(d.trim()).unwrap();
+            if let Some(j) = v["data"]["job_id"].as_str() {
+                return (id, j.to_string());
+            }
+        }
+    }
 }

@@ -39,10 +39,9 @@ impl Cluster {
             .cloned()
     }
 
-    /// The partition whose event log a subscription or poll with `filter` reads: with
-    /// several partitions, a filter naming queues of one partition only (no wildcard).
-    /// Each partition's log has cursors of its own; one stream merging them all is not
-    /// built yet.
+    /// The partition whose event log a subscription or poll with `filter` reads alone: with
+    /// several partitions, a filter naming queues of one partition only (no wildcard). Any
+    /// other reads a stream merging every partition's log (`feed.rs`).
     pub(super) fn events_part(&self, filter: &crate::events::EventFilter) -> Result<u32, OjsError> {
         let n = self.parts();
         if n <= 1 {

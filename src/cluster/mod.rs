@@ -18,6 +18,7 @@
 
 pub mod check;
 mod dispatch;
+mod feed;
 pub mod link;
 mod merge;
 pub mod node;

@@ -127,6 +127,7 @@ impl From<Page> for WirePage {
 impl From<WirePage> for Page {
     fn from(p: WirePage) -> Page {
         Page {
+            position: None,
             events: p.events,
             count: p.count,
             last: p.last,

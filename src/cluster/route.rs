@@ -150,10 +150,9 @@ pub fn route(cmd: &Command, parts: u32) -> Route {
             )
         }
         Command::Workflow(_) => Route::Find,
-        Command::Subscribe { .. } => Route::Refused(format!(
-            "SUBSCRIBE is not yet served across partitions in cluster mode (this cluster \
-             has {parts}; one created with --partitions 1 serves it)"
-        )),
+        // Never dispatched: the connection turns into a stream (`Router::subscription`,
+        // which merges the partitions' logs when the filter names no single one).
+        Command::Subscribe { .. } => Route::Part(0),
     }
 }
 

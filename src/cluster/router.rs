@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 /// A subscriber on a node that does not hold its partition reads the holder's log by long
 /// polls: the holder answers as soon as an event matches, or after this long with none.
-const LONG_POLL_MS: u64 = 10_000;
+pub(super) const LONG_POLL_MS: u64 = 10_000;
 
 /// How long such a subscriber waits before asking again after an empty page that came at
 /// once (a holder that does not wait), so that it never loops busily.
@@ -537,7 +537,10 @@ impl Router {
         match self {
             Router::Local(h) => h.events(filter, start, limit).await,
             Router::Cluster(c) => {
-                let p = c.events_part(&filter)?;
+                let p = match c.events_part(&filter) {
+                    Ok(p) => p,
+                    Err(_) => return c.merged_page(filter, start, limit).await,
+                };
                 match c.target(p).await? {
                     Target::Local(h) => h.events(filter, start, limit).await,
                     // A poll's page: a few MiB (a peer holds twice a page's bytes of its
@@ -553,6 +556,10 @@ impl Router {
     pub fn subscription(&self, filter: EventFilter, start: Start) -> Subscription {
         match self {
             Router::Local(h) => h.subscription(filter, start),
+            // Several partitions, and the filter does not name one: every partition's log.
+            Router::Cluster(c) if c.parts() > 1 && c.events_part(&filter).is_err() => {
+                c.merged_subscription(filter, start)
+            }
             Router::Cluster(_) => Subscription::new(Arc::new(self.clone()), filter, start),
         }
     }
@@ -634,6 +641,7 @@ impl PageSource for Router {
         limit: usize,
         buf: Arc<Buffer>,
         reservation: Reservation,
+        wait: bool,
     ) -> Pin<Box<dyn Future<Output = Result<Page, OjsError>> + Send + '_>> {
         Box::pin(async move {
             let c = match self {
@@ -643,30 +651,7 @@ impl PageSource for Router {
                 Router::Cluster(c) => c,
             };
             let p = c.events_part(&filter)?;
-            let link = match c.target(p).await? {
-                Target::Local(h) => {
-                    return h.read_into(filter, start, limit, buf, reservation).await
-                }
-                Target::Remote(l) => l,
-            };
-            // A long poll: the holder answers once an event matches (or after a while).
-            let asked = std::time::Instant::now();
-            let page = link
-                .events(p, filter, start, limit, reservation.bytes(), LONG_POLL_MS)
-                .await?;
-            let (count, last, has_more) = (page.count, page.last, page.has_more);
-            // No live feed across nodes: the reader comes back for the next page.
-            buf.put_page(page.events, reservation, false);
-            if count == 0 && !has_more && asked.elapsed() < REMOTE_POLL {
-                // An empty page at once (the holder did not wait): not a busy loop.
-                tokio::time::sleep(REMOTE_POLL).await;
-            }
-            Ok(Page {
-                events: Vec::new(),
-                count,
-                last,
-                has_more,
-            })
+            super::feed::read_part(c, p, filter, start, limit, buf, reservation, wait).await
         })
     }
 }

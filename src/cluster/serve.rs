@@ -488,7 +488,7 @@ async fn long_poll(
         return Ok(page);
     }
     let after = crate::events::Start::After(page.last);
-    let mut sub = engine.subscription(filter.clone(), after);
+    let mut sub = engine.subscription(filter.clone(), after.clone());
     match tokio::time::timeout(wait, sub.next()).await {
         Ok(Ok(_)) => engine.events_within(filter, after, limit, bytes).await,
         _ => Ok(page),

@@ -71,6 +71,9 @@ pub struct Page {
     pub count: usize,
     pub last: u64,
     pub has_more: bool,
+    /// A page merged from several partitions' logs (cluster mode): where the next poll
+    /// resumes, as a position token (`last` is then meaningless).
+    pub position: Option<String>,
 }
 
 /// The data fields every job event carries: ids, type, queue, and the trace id of
@@ -308,6 +311,7 @@ impl Engine {
             count,
             last,
             has_more,
+            ..
         } = page;
         if let Some(generation) = buf.put_page(events, reservation, !has_more) {
             self.events.subs.push(LiveSub {
@@ -317,6 +321,7 @@ impl Engine {
             });
         }
         let _ = reply.send(Ok(Page {
+            position: None,
             events: Vec::new(),
             count,
             last,
@@ -354,6 +359,13 @@ impl Engine {
                 from.min(head)
             }
             Start::Since(t) => self.cursor_at(t)?.min(head),
+            // A merged stream's position is the router's to split into its partitions'.
+            Start::Each(_) => {
+                return Err(OjsError::new(
+                    ErrorCode::InvalidPayload,
+                    "a position of a stream merging several partitions names no single log",
+                ))
+            }
         };
         let mut out = Vec::new();
         let mut held = 0usize;
@@ -391,6 +403,7 @@ impl Engine {
         }
         let at_head = last.saturating_add(1) >= head;
         Ok(Page {
+            position: None,
             count: out.len(),
             events: out,
             last: if at_head {

@@ -19,7 +19,9 @@ pub trait PageSource: Send + Sync + 'static {
     fn pool(&self) -> &Arc<Pool>;
     /// Append one page from `start` (at most `limit` events, within `reservation`) to
     /// `buf`; join `buf` to the live feed if the source has one and the page reached the
-    /// head. The answer's `events` is empty; `count` says how many were appended.
+    /// head. The answer's `events` is empty; `count` says how many were appended. A source
+    /// without a live feed may, with `wait`, hold an empty page until an event comes (a
+    /// long poll); the first read of a subscription never waits.
     fn read_page(
         &self,
         filter: EventFilter,
@@ -27,6 +29,7 @@ pub trait PageSource: Send + Sync + 'static {
         limit: usize,
         buf: Arc<Buffer>,
         reservation: Reservation,
+        wait: bool,
     ) -> Pin<Box<dyn Future<Output = Result<Page, OjsError>> + Send + '_>>;
 }
 
@@ -42,6 +45,7 @@ impl PageSource for EngineHandle {
         limit: usize,
         buf: Arc<Buffer>,
         reservation: Reservation,
+        _wait: bool,
     ) -> Pin<Box<dyn Future<Output = Result<Page, OjsError>> + Send + '_>> {
         Box::pin(self.read_into(filter, start, limit, buf, reservation))
     }
@@ -50,7 +54,8 @@ impl PageSource for EngineHandle {
 /// Most events asked for in one page from the log (pages are also bounded in bytes).
 const PAGE: usize = 1000;
 
-pub struct Subscription {
+/// One log's reader: replay, then the live feed.
+pub struct Reader {
     engine: Arc<dyn PageSource>,
     filter: EventFilter,
     /// Where the next read of the log starts: the request's start until something has
@@ -67,10 +72,92 @@ pub struct Subscription {
     opened: bool,
 }
 
+/// A subscription: one log's [`Reader`], or a stream merging several (cluster mode: each
+/// partition's log, read by a task of the router's that sends its events here in order).
+pub enum Subscription {
+    Log(Box<Reader>),
+    Merged(Merged),
+}
+
+/// Events of several logs, each in its own order, interleaved as they come. Where the
+/// stream stands is each log's last cursor handed out; every event carries it as its
+/// `position` (a token a reader resumes from with `Start::Each`).
+pub struct Merged {
+    rx: tokio::sync::mpsc::Receiver<Result<(usize, Event), OjsError>>,
+    /// One answer per log once its first read is done (or failed), with the cursor up to
+    /// which that read covered the log.
+    opened: tokio::sync::mpsc::Receiver<Result<(usize, Option<u64>), OjsError>>,
+    to_open: usize,
+    positions: Vec<u64>,
+}
+
 impl Subscription {
     pub fn new(engine: Arc<dyn PageSource>, filter: EventFilter, start: Start) -> Subscription {
+        Subscription::Log(Box::new(Reader::new(engine, filter, start)))
+    }
+
+    /// A merged stream of `positions.len()` logs, each starting after its entry of
+    /// `positions`: `rx` brings each log's events (with the log's index), `opened` one
+    /// answer per log once its first read is done.
+    pub fn merged(
+        rx: tokio::sync::mpsc::Receiver<Result<(usize, Event), OjsError>>,
+        opened: tokio::sync::mpsc::Receiver<Result<(usize, Option<u64>), OjsError>>,
+        positions: Vec<u64>,
+    ) -> Subscription {
+        Subscription::Merged(Merged {
+            rx,
+            opened,
+            to_open: positions.len(),
+            positions,
+        })
+    }
+
+    /// The next event. An error (a start cursor was pruned, the engine stopped) ends the
+    /// subscription.
+    pub async fn next(&mut self) -> Result<Event, OjsError> {
+        match self {
+            Subscription::Log(r) => r.next().await,
+            Subscription::Merged(m) => {
+                let (i, mut e) = match m.rx.recv().await {
+                    Some(r) => r?,
+                    None => return Err(crate::engine::handle::unavailable().unwrap_err()),
+                };
+                if let Some(p) = m.positions.get_mut(i) {
+                    *p = e.cursor;
+                }
+                e.position = Some(Arc::from(crate::events::position_token(&m.positions)));
+                Ok(e)
+            }
+        }
+    }
+
+    /// See [`Reader::open`]; a merged stream is open once every log's first read is.
+    pub async fn open(&mut self) -> Result<(), OjsError> {
+        match self {
+            Subscription::Log(r) => r.open().await,
+            Subscription::Merged(m) => {
+                while m.to_open > 0 {
+                    let (i, covered) = match m.opened.recv().await {
+                        Some(r) => r?,
+                        None => return Err(crate::engine::handle::unavailable().unwrap_err()),
+                    };
+                    // A log read up to its head: the stream stands there until its next
+                    // event (cursors only grow, so an event already seen is not undone).
+                    if let (Some(p), Some(c)) = (m.positions.get_mut(i), covered) {
+                        *p = (*p).max(c);
+                    }
+                    m.to_open -= 1;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Reader {
+    pub fn new(engine: Arc<dyn PageSource>, filter: EventFilter, start: Start) -> Reader {
         let buf = engine.pool().buffer();
-        Subscription {
+        Reader {
             engine,
             filter,
             start,
@@ -113,6 +200,12 @@ impl Subscription {
         }
     }
 
+    /// The cursor up to which every matching event has been handed out (or there was
+    /// none), once known.
+    pub fn covered(&self) -> Option<u64> {
+        self.done
+    }
+
     /// The buffer was drained by the reader: the whole latest page was handed out.
     fn drained(&mut self) {
         self.done = self.done.max(self.page_end).max(self.last);
@@ -134,16 +227,18 @@ impl Subscription {
     /// the head). Its bytes are reserved first, waiting in turn with other readers while
     /// the subscribers' total is held.
     async fn read_page(&mut self) -> Result<(), OjsError> {
+        let wait = self.opened;
         self.opened = true;
         let reservation = self.buf.reserve_page().await;
         let page = self
             .engine
             .read_page(
                 self.filter.clone(),
-                self.start,
+                self.start.clone(),
                 PAGE,
                 self.buf.clone(),
                 reservation,
+                wait,
             )
             .await?;
         self.page_end = Some(page.last);

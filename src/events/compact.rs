@@ -160,6 +160,7 @@ pub fn build(
             subject: subject.to_string(),
             data,
         }),
+        position: None,
     }
 }
 
@@ -206,6 +207,7 @@ pub fn build_job(
                 rest,
             },
         }),
+        position: None,
     }
 }
 
@@ -345,6 +347,7 @@ pub(super) fn decode(cursor: u64, v: &[u8]) -> Option<Event> {
             subject,
             data,
         }),
+        position: None,
     })
 }
 

@@ -50,6 +50,10 @@ pub struct Event {
     pub queue: Option<String>,
     pub job_type: Option<String>,
     body: Body,
+    /// In a stream merging several partitions' logs (cluster mode): where the stream
+    /// stands once this event is handed out, as a [`position_token`]; rendered into the
+    /// envelope as `position` and used as the SSE id, so a reader resumes from it.
+    pub position: Option<std::sync::Arc<str>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,11 +65,33 @@ enum Body {
 }
 
 impl Event {
-    /// The OJS JSON envelope (ojs-events §2), with the `cursor` extension attribute.
+    /// The OJS JSON envelope (ojs-events §2), with the `cursor` extension attribute (and
+    /// `position` in a stream merging several partitions).
     pub fn json(&self) -> Bytes {
-        match &self.body {
+        let json = match &self.body {
             Body::Compact(c) => Bytes::from(compact::render(self, c)),
             Body::Json(j) => j.clone(),
+        };
+        match &self.position {
+            Some(p) if json.last() == Some(&b'}') => {
+                let mut out = Vec::with_capacity(json.len() + p.len() + 16);
+                out.extend_from_slice(&json[..json.len() - 1]);
+                out.extend_from_slice(br#","position":""#);
+                // A token is digits, `p`, `:` and `,`: nothing to escape.
+                out.extend_from_slice(p.as_bytes());
+                out.extend_from_slice(b"\"}");
+                Bytes::from(out)
+            }
+            _ => json,
+        }
+    }
+
+    /// What a reader resumes from after this event: its position in a merged stream, or
+    /// its cursor.
+    pub fn resume_id(&self) -> String {
+        match &self.position {
+            Some(p) => p.to_string(),
+            None => self.cursor.to_string(),
         }
     }
 
@@ -94,6 +120,7 @@ impl Event {
             + s(&self.source)
             + o(&self.queue)
             + o(&self.job_type)
+            + self.position.as_ref().map_or(0, |p| p.len() + BLOCK)
             + body
     }
 
@@ -106,6 +133,7 @@ impl Event {
             queue: Some(queue.into()),
             job_type: Some("t".into()),
             body: Body::Json(Bytes::from_static(b"{}")),
+            position: None,
         }
     }
 }
@@ -161,6 +189,7 @@ impl<'de> Deserialize<'de> for Event {
             queue: w.queue,
             job_type: w.job_type,
             body: Body::Json(Bytes::copy_from_slice(w.envelope.get().as_bytes())),
+            position: None,
         })
     }
 }
@@ -226,6 +255,7 @@ pub fn decode(cursor: u64, entry: Entry<'_>) -> Option<(Event, DateTime<Utc>)> {
                     queue: v.data.queue,
                     job_type: v.data.job_type,
                     body: Body::Json(Bytes::copy_from_slice(json)),
+                    position: None,
                 },
                 time,
             ))
@@ -308,7 +338,7 @@ pub fn key_cursor(key: &[u8]) -> Option<u64> {
 }
 
 /// Where a subscription starts reading the log.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Start {
     /// Only events committed from now on.
     Live,
@@ -316,6 +346,39 @@ pub enum Start {
     After(u64),
     /// Events at or after this time, then live ones.
     Since(DateTime<Utc>),
+    /// A stream merging every partition's log (cluster mode): after each partition's
+    /// cursor, in partition order (a [`position_token`] read back).
+    Each(Vec<u64>),
+}
+
+/// Most partitions a position token names (the most a cluster has).
+pub const MAX_POSITION_PARTS: usize = 1024;
+
+/// A merged stream's position: `p<N>:<c0>,<c1>,...`, each partition's last cursor handed
+/// out (or covered), in partition order.
+pub fn position_token(cursors: &[u64]) -> String {
+    let mut s = format!("p{}:", cursors.len());
+    for (i, c) in cursors.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&c.to_string());
+    }
+    s
+}
+
+/// A [`position_token`] read back; `None` when `s` is not one.
+pub fn parse_position(s: &str) -> Option<Vec<u64>> {
+    let (n, list) = s.strip_prefix('p')?.split_once(':')?;
+    let n: usize = n.parse().ok()?;
+    if n == 0 || n > MAX_POSITION_PARTS {
+        return None;
+    }
+    let v: Vec<u64> = list
+        .split(',')
+        .map(|c| c.parse().ok())
+        .collect::<Option<_>>()?;
+    (v.len() == n).then_some(v)
 }
 
 #[cfg(test)]

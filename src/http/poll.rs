@@ -34,12 +34,13 @@ pub async fn poll(
         }
         body.extend_from_slice(json);
     }
+    // A page merged from several partitions resumes from its position (a string).
+    let cursor = match &page.position {
+        Some(p) => format!("\"{p}\""),
+        None => page.last.to_string(),
+    };
     body.extend_from_slice(
-        format!(
-            "],\"cursor\":{},\"has_more\":{}}}",
-            page.last, page.has_more
-        )
-        .as_bytes(),
+        format!("],\"cursor\":{cursor},\"has_more\":{}}}", page.has_more).as_bytes(),
     );
     Ok(json_response(axum::http::StatusCode::OK, body))
 }

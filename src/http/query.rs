@@ -15,7 +15,8 @@ pub const MAX_LIMIT: usize = 1000;
 #[derive(Debug, Default)]
 pub struct EventQuery {
     pub filter: EventFilter,
-    pub after: Option<u64>,
+    /// `Start::After(cursor)`, or a merged stream's `Start::Each` (a position token).
+    pub after: Option<Start>,
     pub since: Option<DateTime<Utc>>,
     pub limit: Option<usize>,
 }
@@ -27,6 +28,19 @@ pub fn parse_cursor(what: &str, v: &str) -> Result<u64, ApiError> {
             "{what} must be an event cursor (a non-negative integer), got {v:?}"
         ))
     })
+}
+
+/// A cursor, or a merged stream's position (`p<N>:<c0>,...`, PROTOCOL.md §16).
+pub fn parse_resume(what: &str, v: &str) -> Result<Start, ApiError> {
+    match crate::events::parse_position(v.trim()) {
+        Some(each) => Ok(Start::Each(each)),
+        None => parse_cursor(what, v).map(Start::After).map_err(|_| {
+            ApiError::bad_request(format!(
+                "{what} must be an event cursor (a non-negative integer) or a stream \
+                 position (p<N>:<cursor>,...), got {v:?}"
+            ))
+        }),
+    }
 }
 
 fn parse_since(v: &str) -> Result<DateTime<Utc>, ApiError> {
@@ -72,8 +86,8 @@ impl EventQuery {
                 "job_types" => q.filter.job_types.extend(split_csv(v)),
                 "sources" => q.filter.sources.extend(split_csv(v)),
                 "after" | "last_event_id" | "cursor" if !v.trim().is_empty() => {
-                    let c = parse_cursor(k, v)?;
-                    if q.after.is_some_and(|a| a != c) {
+                    let c = parse_resume(k, v)?;
+                    if q.after.as_ref().is_some_and(|a| *a != c) {
                         return Err(ApiError::bad_request(
                             "after, last_event_id and cursor name different cursors",
                         ));
@@ -108,10 +122,10 @@ impl EventQuery {
     /// `after`, then `since`; with none of them, only new events.
     pub fn stream_start(&self, last_event_id: Option<&str>) -> Result<Start, ApiError> {
         if let Some(h) = last_event_id.filter(|h| !h.trim().is_empty()) {
-            return Ok(Start::After(parse_cursor("Last-Event-ID", h)?));
+            return parse_resume("Last-Event-ID", h);
         }
-        Ok(match (self.after, self.since) {
-            (Some(c), _) => Start::After(c),
+        Ok(match (self.after.clone(), self.since) {
+            (Some(c), _) => c,
             (None, Some(t)) => Start::Since(t),
             (None, None) => Start::Live,
         })
@@ -119,8 +133,8 @@ impl EventQuery {
 
     /// Where a poll starts: after the cursor, at the time, or at the oldest event kept.
     pub fn poll_start(&self) -> Start {
-        match (self.after, self.since) {
-            (Some(c), _) => Start::After(c),
+        match (self.after.clone(), self.since) {
+            (Some(c), _) => c,
             (None, Some(t)) => Start::Since(t),
             (None, None) => Start::Since(DateTime::<Utc>::MIN_UTC),
         }

@@ -61,7 +61,7 @@ pub fn frame(e: &Event) -> Bytes {
     let json = e.json();
     let mut b = BytesMut::with_capacity(json.len() + e.kind.len() + 40);
     b.put_slice(b"id: ");
-    b.put_slice(e.cursor.to_string().as_bytes());
+    b.put_slice(e.resume_id().as_bytes());
     b.put_slice(b"\nevent: ");
     b.put_slice(e.kind.as_bytes());
     b.put_slice(b"\ndata: ");

@@ -228,11 +228,17 @@ fn parse_subscribe(obj: &Map<String, Value>) -> Result<(EventFilter, Start), Str
     let start = match (obj.get("after"), obj.get("since")) {
         (None | Some(Value::Null), None | Some(Value::Null)) => Start::Live,
         (Some(a), None | Some(Value::Null)) => {
-            let c = a
-                .as_u64()
-                .or_else(|| a.as_str().and_then(|s| s.parse().ok()))
-                .ok_or("after must be an event cursor (a non-negative integer)")?;
-            Start::After(c)
+            match a.as_str().and_then(crate::events::parse_position) {
+                Some(each) => Start::Each(each),
+                None => Start::After(
+                    a.as_u64()
+                        .or_else(|| a.as_str().and_then(|s| s.parse().ok()))
+                        .ok_or(
+                            "after must be an event cursor (a non-negative integer) or a \
+                             stream position",
+                        )?,
+                ),
+            }
         }
         (None | Some(Value::Null), Some(s)) => Start::Since(
             s.as_str()

@@ -545,9 +545,19 @@ pub fn parse_command(line: &[u8], intake: &Intake) -> OjsResult<Command> {
                 (Some(_), Some(_)) => {
                     return Err(malformed("SUBSCRIBE: give after or since, not both"))
                 }
-                (Some(a), None) => crate::events::Start::After(a.as_u64().ok_or_else(|| {
-                    malformed("SUBSCRIBE: after must be a non-negative integer cursor")
-                })?),
+                (Some(a), None) => match (
+                    a.as_u64(),
+                    a.as_str().and_then(crate::events::parse_position),
+                ) {
+                    (Some(c), _) => crate::events::Start::After(c),
+                    (None, Some(each)) => crate::events::Start::Each(each),
+                    _ => {
+                        return Err(malformed(
+                            "SUBSCRIBE: after must be a non-negative integer cursor or a \
+                             stream position (\"p<N>:<cursor>,...\")",
+                        ))
+                    }
+                },
                 (None, Some(s)) => crate::events::Start::Since(
                     s.as_str().and_then(crate::job::parse_ts).ok_or_else(|| {
                         malformed("SUBSCRIBE: since must be an RFC 3339 timestamp with a zone")

@@ -191,17 +191,6 @@ async function followEvents() {
         await new Promise((r) => setTimeout(r, 30000));
         continue;
       }
-      if (resp.status === 400) {
-        // A cluster of several partitions has no stream across all of them yet (PROTOCOL.md
-        // §16): the page refreshes every 5 s instead, and the stream is tried again later.
-        $("#live").className = "live off";
-        $("#live").textContent = "no cluster-wide live events: refreshing every 5 s";
-        for (let i = 0; i < 6; i++) {
-          await new Promise((r) => setTimeout(r, 5000));
-          refreshSoon();
-        }
-        continue;
-      }
       if (!resp.ok || !resp.body) throw new Error(`events: HTTP ${resp.status}`);
       setLive(true);
       const reader = resp.body.getReader();
