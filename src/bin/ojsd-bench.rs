@@ -103,6 +103,11 @@ struct Args {
     /// With --queues: every worker fetches from all the queues (one FETCH over them all).
     #[arg(long)]
     fetch_all: bool,
+    /// With --queues: name the queues so that queue k is in partition k mod P of a
+    /// cluster with P partitions (`<queue>-k`, or `<queue>-k-j` for the first j that lands
+    /// there), so that every partition gets work: a plain `<queue>-k` may leave some out.
+    #[arg(long, value_name = "P")]
+    spread: Option<u32>,
     /// With --probe-restart and --queues: also time until CLUSTER lists every partition
     /// under a live node other than this one (the node that was killed).
     #[arg(long, value_name = "ID")]
@@ -216,7 +221,7 @@ fn main() {
         let timeout = Duration::from_secs(args.timeout);
         let addr = first_addr(&args.addr);
         let probe = if args.queues > 1 {
-            let queues = envelope::queue_names(&args.queue, args.queues);
+            let queues = envelope::queue_names(&args.queue, args.queues, args.spread);
             let p = extra::QueuesProbe {
                 queues: &queues,
                 expect: args.expect,
@@ -271,6 +276,7 @@ fn load_run(args: &Args) -> i32 {
         queue: args.queue.clone(),
         queues: args.queues.max(1),
         fetch_all: args.fetch_all,
+        spread: args.spread,
         run: u64::from(rand::random::<u32>()),
         dialect: match args.dialect {
             DialectArg::Ojs => envelope::Dialect::Ojs,
@@ -303,6 +309,7 @@ fn load_run(args: &Args) -> i32 {
         "addrs": cfg.addrs.len(),
         "queues": cfg.queues,
         "fetch_all": cfg.fetch_all,
+        "spread": cfg.spread,
         "producers": cfg.producers,
         "workers": cfg.workers,
         "batch": if mode == Mode::Batch || fill { json!(cfg.batch) } else { Value::Null },

@@ -43,13 +43,29 @@ pub struct Envelope {
 }
 
 /// The queue names of a run over `n` queues: `base` alone for one (the default), else
-/// `base-0` .. `base-{n-1}`.
-pub fn queue_names(base: &str, n: usize) -> Vec<String> {
+/// `base-0` .. `base-{n-1}`. With `spread` (a cluster's partition count), queue `k` is
+/// chosen in partition `k % spread` instead (PROTOCOL.md §16): `base-k` if it is there,
+/// else `base-k-j` for the first `j` that is, so that every partition gets its share.
+pub fn queue_names(base: &str, n: usize, spread: Option<u32>) -> Vec<String> {
     if n <= 1 {
-        vec![base.to_string()]
-    } else {
-        (0..n).map(|i| format!("{base}-{i}")).collect()
+        return vec![base.to_string()];
     }
+    let Some(parts) = spread.filter(|p| *p > 1) else {
+        return (0..n).map(|i| format!("{base}-{i}")).collect();
+    };
+    (0..n)
+        .map(|k| {
+            let want = k as u32 % parts;
+            let plain = format!("{base}-{k}");
+            if ojsd::cluster::route::partition_of(&plain, parts) == want {
+                return plain;
+            }
+            (1u64..)
+                .map(|j| format!("{base}-{k}-{j}"))
+                .find(|q| ojsd::cluster::route::partition_of(q, parts) == want)
+                .expect("some name lands in every partition")
+        })
+        .collect()
 }
 
 impl Envelope {
@@ -288,12 +304,21 @@ mod tests {
 
     #[test]
     fn jobs_spread_over_queues() {
-        assert_eq!(queue_names("bench", 1), vec!["bench"]);
-        assert_eq!(
-            queue_names("bench", 3),
-            vec!["bench-0", "bench-1", "bench-2"]
-        );
-        let env = Envelope::with_queues(queue_names("q", 3), false, 7, 300, Dialect::Ojs);
+        assert_eq!(queue_names("bench", 1, None), vec!["bench"]);
+        assert_eq!(queue_names("bench", 1, Some(8)), vec!["bench"]);
+        let plain = queue_names("bench", 3, None);
+        assert_eq!(plain, vec!["bench-0", "bench-1", "bench-2"]);
+        let spread = queue_names("bench", 16, Some(8));
+        assert_eq!(spread.len(), 16);
+        for (k, q) in spread.iter().enumerate() {
+            assert!(q.starts_with(&format!("bench-{k}")), "{q}");
+            assert_eq!(
+                ojsd::cluster::route::partition_of(q, 8),
+                k as u32 % 8,
+                "{q}"
+            );
+        }
+        let env = Envelope::with_queues(queue_names("q", 3, None), false, 7, 300, Dialect::Ojs);
         assert_eq!(env.queue_count(), 3);
         let job: serde_json::Value = serde_json::from_str(&env.job_in(4, 9)).unwrap();
         assert_eq!(job["queue"], "q-1");
@@ -305,7 +330,7 @@ mod tests {
         let ack: serde_json::Value =
             serde_json::from_str(&env.ack_fetch_line(1, "x")["ACK ".len()..]).unwrap();
         assert_eq!(ack["fetch"], serde_json::json!(["q-1"]));
-        let all = Envelope::with_queues(queue_names("q", 3), true, 7, 300, Dialect::Ojs);
+        let all = Envelope::with_queues(queue_names("q", 3, None), true, 7, 300, Dialect::Ojs);
         assert_eq!(all.fetch_line(1, 1), "FETCH q-0 q-1 q-2");
         let ack: serde_json::Value =
             serde_json::from_str(&all.ack_fetch_line(1, "x")["ACK ".len()..]).unwrap();

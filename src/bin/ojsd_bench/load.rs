@@ -39,6 +39,8 @@ pub struct LoadConfig {
     /// (all of them with `fetch_all`).
     pub queues: usize,
     pub fetch_all: bool,
+    /// Choose the queue names so that queue `k` is in partition `k % spread` (`--spread`).
+    pub spread: Option<u32>,
     pub run: u64,
     /// The wire dialect: the OJS port, or the Faktory port (one job per FETCH).
     pub dialect: Dialect,
@@ -464,7 +466,7 @@ pub fn tally(shared: &Shared) -> Tally {
 /// Run producers and workers to completion (or timeout); returns all pickup latencies.
 pub fn run(cfg: &LoadConfig, shared: &Arc<Shared>) -> Vec<u64> {
     let env = Arc::new(Envelope::with_queues(
-        super::envelope::queue_names(&cfg.queue, cfg.queues),
+        super::envelope::queue_names(&cfg.queue, cfg.queues, cfg.spread),
         cfg.fetch_all,
         cfg.run,
         cfg.payload,
