@@ -5,7 +5,8 @@
 # 1. throughput: the "usual" load of compare.sh (ojsd-bench `one` mode, PRODUCERS producer
 #    connections with PIPELINE PUSHes in flight each, WORKERS worker connections taking one
 #    job at a time) over QUEUES queues (ojsd-bench --queues: each PUSH goes to the
-#    producer's next queue, worker w fetches queue w mod QUEUES), for: one fjall node (the
+#    producer's next queue, worker w fetches queue w mod QUEUES; --spread PARTITIONS names
+#    them so that each partition has QUEUES / PARTITIONS of them), for: one fjall node (the
 #    baseline), then 1, 2 and 3 nodes on one PostgreSQL with --partitions PARTITIONS, a fresh
 #    schema per run, the clients spread over the nodes round-robin (ojsd-bench --addr
 #    a,b,c). A run starts once CLUSTER shows the partitions shared out (each node at least
@@ -211,7 +212,7 @@ load() {
     s0=$(snapshot "$@")
     "$BENCH" --addr "$addrs" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
         --pipeline "$PIPELINE" --worker-pipeline 1 --workers "$WORKERS" --queues "$QUEUES" \
-        --json >"$TMP/$name.json" || { echo "ojsd-bench failed ($setup, pass $pass):" >&2; cat "$TMP/$name.json" >&2; }
+        --spread "$PARTITIONS" --json >"$TMP/$name.json" || { echo "ojsd-bench failed ($setup, pass $pass):" >&2; cat "$TMP/$name.json" >&2; }
     s1=$(snapshot "$@")
     local f=$TMP/$name.json
     row throughput "$setup" "$pass" "jobs/s" "$(json "$f" "round(d.get('jobs_per_s', 0))")"
@@ -261,7 +262,7 @@ scenario_takeover() {
         start_cluster "$tag" 3
         local t0=$SECONDS
         "$BENCH" --addr "$ADDRS" --fill "$TAKEOVER_JOBS" --batch 100 --producers 4 \
-            --queues "$QUEUES" --json >"$TMP/fill-$pass.json"
+            --queues "$QUEUES" --spread "$PARTITIONS" --json >"$TMP/fill-$pass.json"
         row takeover "3 nodes" "$pass" "backlog filled (s, jobs/s)" "$((SECONDS - t0)) s, $(json "$TMP/fill-$pass.json" "round(d['push_per_s'])") jobs/s"
         sleep 1
         # The node holding the most partitions, and the others.
@@ -277,7 +278,7 @@ scenario_takeover() {
         left=$(sql "SELECT round(extract(epoch FROM max(lease_until) - now()) * 1000) FROM $tag.ojs_partitions WHERE owner = '$victim'")
         kill_ns=$(date +%s%N)
         kill -KILL "${NODE_PIDS[$vi]}"
-        "$BENCH" --addr "127.0.0.1:$survivor" --probe-restart --queues "$QUEUES" \
+        "$BENCH" --addr "127.0.0.1:$survivor" --probe-restart --queues "$QUEUES" --spread "$PARTITIONS" \
             --expect "$TAKEOVER_JOBS" --since-ns "$kill_ns" --dead-node "$victim" \
             --timeout 300 --json >"$TMP/probe-$pass.json" || { echo "probe failed" >&2; cat "$TMP/probe-$pass.json" >&2; }
         local f=$TMP/probe-$pass.json
