@@ -23,7 +23,8 @@
 #   bench/cluster.sh [throughput|takeover|all]
 #
 # Env: REPEAT=2 (passes of each), JOBS=20000, PRODUCERS=4 PIPELINE=16 WORKERS=50, QUEUES=16,
-#      PARTITIONS=8, NODES="1 2 3", TAKEOVER_JOBS=100000, LEASE_TTL_MS=5000,
+#      PARTITIONS=8, NODES="1 2 3", RATE (offered jobs/s for the load runs: pickup latency
+#      below saturation; default as fast as possible), TAKEOVER_JOBS=100000, LEASE_TTL_MS=5000,
 #      PG_NODE_ARGS (more flags for the PostgreSQL nodes), PG_URL (a database of its own,
 #      else a throw-away PostgreSQL 15 is started here as in takeover.sh),
 #      OJSD_BIN / BENCH_BIN (prebuilt binaries instead of `cargo build --release`),
@@ -212,7 +213,7 @@ load() {
     s0=$(snapshot "$@")
     "$BENCH" --addr "$addrs" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
         --pipeline "$PIPELINE" --worker-pipeline 1 --workers "$WORKERS" --queues "$QUEUES" \
-        --spread "$PARTITIONS" --json >"$TMP/$name.json" || { echo "ojsd-bench failed ($setup, pass $pass):" >&2; cat "$TMP/$name.json" >&2; }
+        --spread "$PARTITIONS" ${RATE:+--rate "$RATE"} --json >"$TMP/$name.json" || { echo "ojsd-bench failed ($setup, pass $pass):" >&2; cat "$TMP/$name.json" >&2; }
     s1=$(snapshot "$@")
     local f=$TMP/$name.json
     row throughput "$setup" "$pass" "jobs/s" "$(json "$f" "round(d.get('jobs_per_s', 0))")"
@@ -306,7 +307,7 @@ all)
 esac
 
 echo
-echo "ojsd cluster benchmark — $(date -u +%Y-%m-%d) $START–$(date -u +%H:%MZ), $(nproc) cores, load avg $(cut -d' ' -f1-3 /proc/loadavg), PostgreSQL $(sql 'SHOW server_version'), lease TTL $LEASE_TTL_MS ms, $PARTITIONS partitions, $QUEUES queues, P=$PRODUCERS x$PIPELINE C=$WORKERS, $JOBS jobs a run"
+echo "ojsd cluster benchmark — $(date -u +%Y-%m-%d) $START–$(date -u +%H:%MZ), $(nproc) cores, load avg $(cut -d' ' -f1-3 /proc/loadavg), PostgreSQL $(sql 'SHOW server_version'), lease TTL $LEASE_TTL_MS ms, $PARTITIONS partitions, $QUEUES queues, P=$PRODUCERS x$PIPELINE C=$WORKERS, $JOBS jobs a run${RATE:+, offered $RATE jobs/s}"
 echo "vmstat before:"
 cat "$TMP/vmstat-before.txt"
 python3 - "$RESULTS" <<'EOF'
