@@ -335,38 +335,6 @@ fn all_served(c: &Value, dead: &str) -> bool {
     (0..n).all(|p| held.contains(&p))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn all_served_wants_every_partition_under_a_live_node() {
-        let c = |nodes: Value, unowned: Value| json!({"partitions": 3, "unowned": unowned, "nodes": nodes});
-        let a = |id: &str, parts: Value, role: &str| json!({"id": id, "partitions": parts, "role": role});
-        let ok = c(
-            json!([
-                a("a", json!([0, 1]), "active"),
-                a("b", json!([2]), "active"),
-                a("x", json!([]), "gone")
-            ]),
-            json!([]),
-        );
-        assert!(all_served(&ok, "x"));
-        let dead_holds = c(
-            json!([
-                a("a", json!([0, 1]), "active"),
-                a("x", json!([2]), "active")
-            ]),
-            json!([]),
-        );
-        assert!(!all_served(&dead_holds, "x"));
-        let unowned = c(json!([a("a", json!([0, 1]), "active")]), json!([2]));
-        assert!(!all_served(&unowned, "x"));
-        let missing = c(json!([a("a", json!([0, 1]), "active")]), json!([]));
-        assert!(!all_served(&missing, "x"));
-    }
-}
-
 /// Live records and bytes per keyspace of a stopped server's data dir, and the directory's
 /// size on disk: how much of the disk is data and how much is the store's overhead.
 pub fn store_stats(dir: &std::path::Path) -> Result<Value, String> {
@@ -418,4 +386,36 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_served_wants_every_partition_under_a_live_node() {
+        let c = |nodes: Value, unowned: Value| json!({"partitions": 3, "unowned": unowned, "nodes": nodes});
+        let a = |id: &str, parts: Value, role: &str| json!({"id": id, "partitions": parts, "role": role});
+        let ok = c(
+            json!([
+                a("a", json!([0, 1]), "active"),
+                a("b", json!([2]), "active"),
+                a("x", json!([]), "gone")
+            ]),
+            json!([]),
+        );
+        assert!(all_served(&ok, "x"));
+        let dead_holds = c(
+            json!([
+                a("a", json!([0, 1]), "active"),
+                a("x", json!([2]), "active")
+            ]),
+            json!([]),
+        );
+        assert!(!all_served(&dead_holds, "x"));
+        let unowned = c(json!([a("a", json!([0, 1]), "active")]), json!([2]));
+        assert!(!all_served(&unowned, "x"));
+        let missing = c(json!([a("a", json!([0, 1]), "active")]), json!([]));
+        assert!(!all_served(&missing, "x"));
+    }
 }
