@@ -50,7 +50,9 @@ enum DialectArg {
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// Server address.
+    /// Server address; several, comma-separated, spread the load run's connections over
+    /// them round-robin (producer i and worker i to address i mod n: the nodes of a
+    /// cluster). The other modes use the first.
     #[arg(long, env = "OJSD_ADDR", default_value = "127.0.0.1:7419")]
     addr: String,
     #[arg(long, value_enum, default_value = "one")]
@@ -93,6 +95,23 @@ struct Args {
     /// Queue the jobs go to.
     #[arg(long, default_value = "bench")]
     queue: String,
+    /// Spread the jobs over N queues, `<queue>-0` .. `<queue>-<N-1>` (1: `<queue>` alone):
+    /// each PUSH or PUSHB goes to the producer's next queue in turn, worker w fetches
+    /// queue w mod N (see --fetch-all). With --probe-restart: probe each of them.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    queues: usize,
+    /// With --queues: every worker fetches from all the queues (one FETCH over them all).
+    #[arg(long)]
+    fetch_all: bool,
+    /// With --queues: name the queues so that queue k is in partition k mod P of a
+    /// cluster with P partitions (`<queue>-k`, or `<queue>-k-j` for the first j that lands
+    /// there), so that every partition gets work: a plain `<queue>-k` may leave some out.
+    #[arg(long, value_name = "P")]
+    spread: Option<u32>,
+    /// With --probe-restart and --queues: also time until CLUSTER lists every partition
+    /// under a live node other than this one (the node that was killed).
+    #[arg(long, value_name = "ID")]
+    dead_node: Option<String>,
     /// Give up after this many seconds (the run then fails).
     #[arg(long, default_value_t = 600)]
     timeout: u64,
@@ -158,7 +177,7 @@ fn main() {
     let code = if let Some(n) = args.idle {
         let queue = format!("{}-idle", args.queue);
         let out = extra::idle(
-            &args.addr,
+            first_addr(&args.addr),
             &queue,
             n,
             args.seconds,
@@ -200,7 +219,21 @@ fn main() {
         }
     } else if args.probe_restart {
         let timeout = Duration::from_secs(args.timeout);
-        match extra::probe_restart(&args.addr, &args.queue, args.expect, args.since_ns, timeout) {
+        let addr = first_addr(&args.addr);
+        let probe = if args.queues > 1 {
+            let queues = envelope::queue_names(&args.queue, args.queues, args.spread);
+            let p = extra::QueuesProbe {
+                queues: &queues,
+                expect: args.expect,
+                since_ns: args.since_ns,
+                timeout,
+                dead_node: args.dead_node.as_deref(),
+            };
+            extra::probe_queues(addr, &p)
+        } else {
+            extra::probe_restart(addr, &args.queue, args.expect, args.since_ns, timeout)
+        };
+        match probe {
             Ok(out) => {
                 emit(&args, "restart probe", &out);
                 0
@@ -224,7 +257,7 @@ fn load_run(args: &Args) -> i32 {
     let fill = args.fill.is_some();
     let default_conns = if mode == Mode::One { 16 } else { 4 };
     let cfg = LoadConfig {
-        addr: args.addr.clone(),
+        addrs: addr_list(&args.addr),
         mode: if fill { Mode::Batch } else { mode },
         jobs: args.fill.unwrap_or(args.jobs),
         producers: args.producers.unwrap_or(default_conns).max(1),
@@ -241,6 +274,9 @@ fn load_run(args: &Args) -> i32 {
         timeout: Duration::from_secs(args.timeout),
         payload: args.payload,
         queue: args.queue.clone(),
+        queues: args.queues.max(1),
+        fetch_all: args.fetch_all,
+        spread: args.spread,
         run: u64::from(rand::random::<u32>()),
         dialect: match args.dialect {
             DialectArg::Ojs => envelope::Dialect::Ojs,
@@ -270,6 +306,10 @@ fn load_run(args: &Args) -> i32 {
         "mode": if fill { "fill" } else if mode == Mode::One { "one" } else { "batch" },
         "dialect": if cfg.dialect == envelope::Dialect::Faktory { "faktory" } else { "ojs" },
         "jobs": cfg.jobs,
+        "addrs": cfg.addrs.len(),
+        "queues": cfg.queues,
+        "fetch_all": cfg.fetch_all,
+        "spread": cfg.spread,
         "producers": cfg.producers,
         "workers": cfg.workers,
         "batch": if mode == Mode::Batch || fill { json!(cfg.batch) } else { Value::Null },
@@ -330,6 +370,28 @@ fn load_run(args: &Args) -> i32 {
     i32::from(!ok)
 }
 
+/// The addresses of a comma-separated `--addr` (blank entries dropped; at least one).
+fn addr_list(addr: &str) -> Vec<String> {
+    let v: Vec<String> = addr
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect();
+    if v.is_empty() {
+        vec![addr.to_string()]
+    } else {
+        v
+    }
+}
+
+fn first_addr(addr: &str) -> &str {
+    addr.split(',')
+        .map(str::trim)
+        .find(|a| !a.is_empty())
+        .unwrap_or(addr)
+}
+
 /// The JSON object on one line, or a table with rates and latencies spelled out.
 fn emit(args: &Args, title: &str, out: &Value) {
     if args.json {
@@ -356,4 +418,28 @@ fn emit(args: &Args, title: &str, out: &Value) {
         rows.push((k.clone(), shown));
     }
     table(title, &rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_spread_round_robin() {
+        let addrs = addr_list("a:1, b:2,,c:3");
+        assert_eq!(addrs, vec!["a:1", "b:2", "c:3"]);
+        let picked: Vec<&str> = (0..5).map(|i| load::addr_of(&addrs, i)).collect();
+        assert_eq!(picked, vec!["a:1", "b:2", "c:3", "a:1", "b:2"]);
+        assert_eq!(addr_list("127.0.0.1:7419"), vec!["127.0.0.1:7419"]);
+        assert_eq!(first_addr(" x:1,y:2"), "x:1");
+        assert_eq!(first_addr("x:1"), "x:1");
+    }
+
+    #[test]
+    fn the_defaults_keep_one_queue_and_one_address() {
+        let a = Args::parse_from(["ojsd-bench"]);
+        assert_eq!(a.queues, 1);
+        assert!(!a.fetch_all);
+        assert_eq!(addr_list(&a.addr), vec!["127.0.0.1:7419"]);
+    }
 }

@@ -33,10 +33,39 @@ pub enum Dialect {
 /// Renders job envelopes of one run: `~payload` bytes of `args`, plus `meta` with the run id,
 /// the job's sequence number (for the exactly-once check) and the producer's send time.
 pub struct Envelope {
-    queue: String,
+    /// The queues of the run: jobs are spread over them command by command (`queue`).
+    queues: Vec<String>,
+    /// Every worker fetches from every queue (otherwise worker `w` from queue `w % n`).
+    fetch_all: bool,
     run: u64,
     padding: String,
     dialect: Dialect,
+}
+
+/// The queue names of a run over `n` queues: `base` alone for one (the default), else
+/// `base-0` .. `base-{n-1}`. With `spread` (a cluster's partition count), queue `k` is
+/// chosen in partition `k % spread` instead (PROTOCOL.md §16): `base-k` if it is there,
+/// else `base-k-j` for the first `j` that is, so that every partition gets its share.
+pub fn queue_names(base: &str, n: usize, spread: Option<u32>) -> Vec<String> {
+    if n <= 1 {
+        return vec![base.to_string()];
+    }
+    let Some(parts) = spread.filter(|p| *p > 1) else {
+        return (0..n).map(|i| format!("{base}-{i}")).collect();
+    };
+    (0..n)
+        .map(|k| {
+            let want = k as u32 % parts;
+            let plain = format!("{base}-{k}");
+            if ojsd::cluster::route::partition_of(&plain, parts) == want {
+                return plain;
+            }
+            (1u64..)
+                .map(|j| format!("{base}-{k}-{j}"))
+                .find(|q| ojsd::cluster::route::partition_of(q, parts) == want)
+                .expect("some name lands in every partition")
+        })
+        .collect()
 }
 
 impl Envelope {
@@ -45,6 +74,18 @@ impl Envelope {
     }
 
     pub fn with_dialect(queue: &str, run: u64, payload: usize, dialect: Dialect) -> Envelope {
+        Envelope::with_queues(vec![queue.to_string()], false, run, payload, dialect)
+    }
+
+    /// Jobs spread over `queues` (at least one); `fetch_all`: each worker fetches from all.
+    pub fn with_queues(
+        queues: Vec<String>,
+        fetch_all: bool,
+        run: u64,
+        payload: usize,
+        dialect: Dialect,
+    ) -> Envelope {
+        assert!(!queues.is_empty(), "a run needs a queue");
         // The args array without its padding string is about 150 bytes for a 6-digit seq;
         // the rest of the requested size is a filler string.
         let fixed = Envelope::render_args(123_456, "").len();
@@ -52,7 +93,8 @@ impl Envelope {
         let words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod ";
         let padding: String = words.chars().cycle().take(pad_len).collect();
         Envelope {
-            queue: queue.to_string(),
+            queues,
+            fetch_all,
             run,
             padding,
             dialect,
@@ -65,51 +107,75 @@ impl Envelope {
         )
     }
 
-    /// One job as JSON, stamped with the current time.
+    #[cfg(test)]
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// One job as JSON, stamped with the current time, in the run's first queue.
+    #[cfg(test)]
     pub fn job(&self, seq: u64) -> String {
+        self.job_in(0, seq)
+    }
+
+    /// One job as JSON in queue `q` (modulo the run's queues), stamped with the current time.
+    pub fn job_in(&self, q: usize, seq: u64) -> String {
+        let queue = &self.queues[q % self.queues.len()];
         let args = Envelope::render_args(seq, &self.padding);
         match self.dialect {
             Dialect::Ojs => format!(
                 r#"{{"type":"bench.work","queue":"{q}","args":{args},"meta":{{"bench_run":{run},"bench_seq":{seq},"bench_ts":{ts}}}}}"#,
-                q = self.queue,
+                q = queue,
                 run = self.run,
                 ts = unix_nanos(),
             ),
             // A jid like a Faktory client's (random-looking, not a UUID), unique per run.
             Dialect::Faktory => format!(
                 r#"{{"jid":"b{run:08x}-{seq:010}","jobtype":"bench.work","queue":"{q}","args":{args},"custom":{{"bench_run":{run},"bench_seq":{seq},"bench_ts":{ts}}}}}"#,
-                q = self.queue,
+                q = queue,
                 run = self.run,
                 ts = unix_nanos(),
             ),
         }
     }
 
-    /// `PUSH <job>`.
-    pub fn push_line(&self, seq: u64) -> String {
-        format!("PUSH {}", self.job(seq))
+    /// `PUSH <job>` into queue `q`.
+    pub fn push_line(&self, q: usize, seq: u64) -> String {
+        format!("PUSH {}", self.job_in(q, seq))
     }
 
-    /// `PUSHB [<job>,...]` for the sequence numbers `from..to`.
-    pub fn pushb_line(&self, from: u64, to: u64) -> String {
+    /// `PUSHB [<job>,...]` for the sequence numbers `from..to`, all into queue `q` (a batch
+    /// over queues of several partitions is refused in cluster mode, PROTOCOL.md §16).
+    pub fn pushb_line(&self, q: usize, from: u64, to: u64) -> String {
         let mut line = String::with_capacity(((to - from) as usize) * 512 + 8);
         line.push_str("PUSHB [");
         for seq in from..to {
             if seq > from {
                 line.push(',');
             }
-            line.push_str(&self.job(seq));
+            line.push_str(&self.job_in(q, seq));
         }
         line.push(']');
         line
     }
 
-    /// The FETCH a worker sends: `FETCH q COUNT n` for more than one job on the OJS port;
+    /// The queues worker `w` fetches from, space-separated: its own one (`w` modulo the
+    /// run's queues), or all of them with `fetch_all`.
+    fn worker_queues(&self, w: usize) -> String {
+        if self.fetch_all {
+            self.queues.join(" ")
+        } else {
+            self.queues[w % self.queues.len()].clone()
+        }
+    }
+
+    /// The FETCH worker `w` sends: `FETCH q COUNT n` for more than one job on the OJS port;
     /// the Faktory dialect fetches one job per command whatever `count` is.
-    pub fn fetch_line(&self, count: usize) -> String {
+    pub fn fetch_line(&self, w: usize, count: usize) -> String {
+        let qs = self.worker_queues(w);
         match self.dialect {
-            Dialect::Ojs if count > 1 => format!("FETCH {} COUNT {}", self.queue, count),
-            _ => format!("FETCH {}", self.queue),
+            Dialect::Ojs if count > 1 => format!("FETCH {qs} COUNT {count}"),
+            _ => format!("FETCH {qs}"),
         }
     }
 
@@ -125,11 +191,9 @@ impl Envelope {
     /// wait for that job is short (100 ms, then the worker FETCHes as usual): the reply,
     /// which is what tells the worker its ACK is done, would otherwise come only after
     /// the whole fetch wait at the end of a run, when no job is left to take.
-    pub fn ack_fetch_line(&self, id: &str) -> String {
-        format!(
-            r#"ACK {{"id":"{id}","fetch":["{}"],"wait_ms":100}}"#,
-            self.queue
-        )
+    pub fn ack_fetch_line(&self, w: usize, id: &str) -> String {
+        let qs = self.worker_queues(w).replace(' ', "\",\"");
+        format!(r#"ACK {{"id":"{id}","fetch":["{qs}"],"wait_ms":100}}"#)
     }
 
     /// Whether a PUSH or PUSHB reply says every job went in: OJS answers the stored
@@ -206,7 +270,7 @@ mod tests {
         assert_eq!(one[0].meta.bench_run, 7);
         let many = serde_json::json!([stored, stored]).to_string();
         assert_eq!(parse_fetched(many.as_bytes()).unwrap().len(), 2);
-        let line = env.pushb_line(0, 3);
+        let line = env.pushb_line(0, 0, 3);
         let arr: serde_json::Value = serde_json::from_str(&line["PUSHB ".len()..]).unwrap();
         assert_eq!(arr.as_array().unwrap().len(), 3);
     }
@@ -226,15 +290,50 @@ mod tests {
         assert_eq!(got[0].id, jid);
         assert_eq!(got[0].meta.bench_seq, Some(42));
         assert_eq!(got[0].meta.bench_run, 7);
-        assert_eq!(env.fetch_line(100), "FETCH bench");
+        assert_eq!(env.fetch_line(0, 100), "FETCH bench");
         assert_eq!(env.ack_line(&jid), format!(r#"ACK {{"jid":"{jid}"}}"#));
         assert!(env.push_accepted(&Reply::Simple("OK".into())));
         assert!(env.push_accepted(&Reply::Bulk(b"{}".to_vec())));
         assert!(!env.push_accepted(&Reply::Bulk(br#"{"x":"bad"}"#.to_vec())));
         let ojs = Envelope::new("bench", 7, 300);
-        assert_eq!(ojs.fetch_line(100), "FETCH bench COUNT 100");
-        assert_eq!(ojs.fetch_line(1), "FETCH bench");
+        assert_eq!(ojs.fetch_line(3, 100), "FETCH bench COUNT 100");
+        assert_eq!(ojs.fetch_line(0, 1), "FETCH bench");
         assert!(ojs.push_accepted(&Reply::Bulk(b"{}".to_vec())));
         assert!(!ojs.push_accepted(&Reply::Simple("OK".into())));
+    }
+
+    #[test]
+    fn jobs_spread_over_queues() {
+        assert_eq!(queue_names("bench", 1, None), vec!["bench"]);
+        assert_eq!(queue_names("bench", 1, Some(8)), vec!["bench"]);
+        let plain = queue_names("bench", 3, None);
+        assert_eq!(plain, vec!["bench-0", "bench-1", "bench-2"]);
+        let spread = queue_names("bench", 16, Some(8));
+        assert_eq!(spread.len(), 16);
+        for (k, q) in spread.iter().enumerate() {
+            assert!(q.starts_with(&format!("bench-{k}")), "{q}");
+            assert_eq!(
+                ojsd::cluster::route::partition_of(q, 8),
+                k as u32 % 8,
+                "{q}"
+            );
+        }
+        let env = Envelope::with_queues(queue_names("q", 3, None), false, 7, 300, Dialect::Ojs);
+        assert_eq!(env.queue_count(), 3);
+        let job: serde_json::Value = serde_json::from_str(&env.job_in(4, 9)).unwrap();
+        assert_eq!(job["queue"], "q-1");
+        let line = env.pushb_line(2, 0, 3);
+        let arr: serde_json::Value = serde_json::from_str(&line["PUSHB ".len()..]).unwrap();
+        assert!(arr.as_array().unwrap().iter().all(|j| j["queue"] == "q-2"));
+        assert_eq!(env.fetch_line(5, 1), "FETCH q-2");
+        assert_eq!(env.fetch_line(3, 10), "FETCH q-0 COUNT 10");
+        let ack: serde_json::Value =
+            serde_json::from_str(&env.ack_fetch_line(1, "x")["ACK ".len()..]).unwrap();
+        assert_eq!(ack["fetch"], serde_json::json!(["q-1"]));
+        let all = Envelope::with_queues(queue_names("q", 3, None), true, 7, 300, Dialect::Ojs);
+        assert_eq!(all.fetch_line(1, 1), "FETCH q-0 q-1 q-2");
+        let ack: serde_json::Value =
+            serde_json::from_str(&all.ack_fetch_line(1, "x")["ACK ".len()..]).unwrap();
+        assert_eq!(ack["fetch"], serde_json::json!(["q-0", "q-1", "q-2"]));
     }
 }

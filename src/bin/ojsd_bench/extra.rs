@@ -172,6 +172,169 @@ pub fn probe_restart(
     }))
 }
 
+/// What `probe_queues` waits for.
+pub struct QueuesProbe<'a> {
+    pub queues: &'a [String],
+    /// Jobs that should be visible over all the queues together.
+    pub expect: u64,
+    /// Start of the clock, unix ns (default: when the probe starts).
+    pub since_ns: Option<u64>,
+    pub timeout: Duration,
+    /// The node that was killed: also time until CLUSTER lists every partition under a
+    /// live node other than it.
+    pub dead_node: Option<&'a str>,
+}
+
+/// Against a cluster that is taking over a dead node's partitions: one connection per queue
+/// (each retried on any error, as a client would) FETCHes until its queue hands out a job,
+/// so the last of them is when every partition with work is served again; with
+/// `dead_node`, a connection also polls CLUSTER until no partition is left to it or
+/// unowned; then INFO until `expect` jobs are visible over the queues.
+pub fn probe_queues(addr: &str, p: &QueuesProbe) -> Result<Value, String> {
+    let since_ns = p.since_ns.unwrap_or_else(super::envelope::unix_nanos);
+    let at = move || (super::envelope::unix_nanos().saturating_sub(since_ns)) as f64 / 1e9;
+    let deadline = Instant::now() + p.timeout;
+    let run: u32 = rand::random();
+    let opts = move |i: usize| ConnectOptions {
+        wid: Some(format!("probe-{run:x}-{i}")),
+        timeout: Some(Duration::from_secs(15)),
+        ..Default::default()
+    };
+    let connect = move |i: usize| loop {
+        match Client::connect_with(addr, &opts(i)) {
+            Ok(c) => return Some(c),
+            Err(_) if Instant::now() >= deadline => return None,
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let errors = AtomicU64::new(0);
+    let (fetch_s, cluster_s) = std::thread::scope(|sc| {
+        let handles: Vec<_> = p
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let errors = &errors;
+                sc.spawn(move || -> Option<f64> {
+                    let mut client = connect(i)?;
+                    loop {
+                        if Instant::now() >= deadline {
+                            return None;
+                        }
+                        match client.fetch(&[q.as_str()]) {
+                            Ok(Some(job)) => {
+                                let t = at();
+                                let id = job["id"].as_str().unwrap_or_default();
+                                let _ = client.ack(id, None);
+                                return Some(t);
+                            }
+                            Ok(None) => {}
+                            Err(_) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(Duration::from_millis(5));
+                                client = connect(i)?;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let cluster = p.dead_node.map(|dead| {
+            let n = p.queues.len();
+            sc.spawn(move || -> Option<f64> {
+                let mut client = connect(n)?;
+                loop {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                    match client.cluster() {
+                        Ok(c) if all_served(&c, dead) => return Some(at()),
+                        Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+                        Err(_) => {
+                            std::thread::sleep(Duration::from_millis(5));
+                            client = connect(n)?;
+                        }
+                    }
+                }
+            })
+        });
+        let fetch: Vec<Option<f64>> = handles
+            .into_iter()
+            .map(|h| h.join().ok().flatten())
+            .collect();
+        let cluster = cluster.map(|h| h.join().ok().flatten());
+        (fetch, cluster)
+    });
+    if let Some(i) = fetch_s.iter().position(Option::is_none) {
+        return Err(format!("queue {} handed out no job", p.queues[i]));
+    }
+    let fetch_s: Vec<f64> = fetch_s.into_iter().flatten().collect();
+    let mut client = connect(0).ok_or("no server")?;
+    let (all_s, seen) = loop {
+        let n = match client.info() {
+            Ok(info) => p
+                .queues
+                .iter()
+                .map(|q| {
+                    ["available", "active", "completed"]
+                        .iter()
+                        .map(|s| info["queues"][q][*s].as_u64().unwrap_or(0))
+                        .sum::<u64>()
+                })
+                .sum::<u64>(),
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(5));
+                client = connect(0).ok_or("no server")?;
+                0
+            }
+        };
+        if n >= p.expect {
+            break (at(), n);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("only {n} of {} jobs visible", p.expect));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let max = fetch_s.iter().cloned().fold(0.0, f64::max);
+    let min = fetch_s.iter().cloned().fold(f64::INFINITY, f64::min);
+    Ok(json!({
+        "queues": p.queues.len(),
+        "first_fetch_s": round3(min),
+        "every_queue_fetch_s": round3(max),
+        "per_queue_fetch_s": fetch_s.iter().map(|t| round3(*t)).collect::<Vec<_>>(),
+        "cluster_all_served_s": match cluster_s {
+            Some(Some(t)) => json!(round3(t)),
+            _ => Value::Null,
+        },
+        "all_fetchable_s": round3(all_s),
+        "jobs_visible": seen,
+        "errors_retried": errors.load(Ordering::Relaxed),
+    }))
+}
+
+/// Whether a CLUSTER answer has every partition held by a live node other than `dead`.
+fn all_served(c: &Value, dead: &str) -> bool {
+    let Some(n) = c["partitions"].as_u64() else {
+        return false;
+    };
+    if c["unowned"].as_array().is_some_and(|u| !u.is_empty()) {
+        return false;
+    }
+    let mut held = std::collections::BTreeSet::new();
+    for node in c["nodes"].as_array().into_iter().flatten() {
+        let parts = node["partitions"].as_array().into_iter().flatten();
+        if node["id"] == dead || node["role"] == "gone" {
+            if parts.count() > 0 {
+                return false;
+            }
+            continue;
+        }
+        held.extend(parts.filter_map(Value::as_u64));
+    }
+    (0..n).all(|p| held.contains(&p))
+}
+
 /// Live records and bytes per keyspace of a stopped server's data dir, and the directory's
 /// size on disk: how much of the disk is data and how much is the store's overhead.
 pub fn store_stats(dir: &std::path::Path) -> Result<Value, String> {
@@ -223,4 +386,36 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_served_wants_every_partition_under_a_live_node() {
+        let c = |nodes: Value, unowned: Value| json!({"partitions": 3, "unowned": unowned, "nodes": nodes});
+        let a = |id: &str, parts: Value, role: &str| json!({"id": id, "partitions": parts, "role": role});
+        let ok = c(
+            json!([
+                a("a", json!([0, 1]), "active"),
+                a("b", json!([2]), "active"),
+                a("x", json!([]), "gone")
+            ]),
+            json!([]),
+        );
+        assert!(all_served(&ok, "x"));
+        let dead_holds = c(
+            json!([
+                a("a", json!([0, 1]), "active"),
+                a("x", json!([2]), "active")
+            ]),
+            json!([]),
+        );
+        assert!(!all_served(&dead_holds, "x"));
+        let unowned = c(json!([a("a", json!([0, 1]), "active")]), json!([2]));
+        assert!(!all_served(&unowned, "x"));
+        let missing = c(json!([a("a", json!([0, 1]), "active")]), json!([]));
+        assert!(!all_served(&missing, "x"));
+    }
 }

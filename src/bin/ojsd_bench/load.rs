@@ -18,7 +18,8 @@ pub enum Mode {
 
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
-    pub addr: String,
+    /// Server addresses: producer `i` and worker `i` connect to `addrs[i % len]` each.
+    pub addrs: Vec<String>,
     pub mode: Mode,
     pub jobs: u64,
     pub producers: usize,
@@ -33,6 +34,13 @@ pub struct LoadConfig {
     pub timeout: Duration,
     pub payload: usize,
     pub queue: String,
+    /// Queues the jobs are spread over (`queue` alone for 1, else `queue-0`..): command `k`
+    /// of producer `i` goes to queue `(i + k) % queues`, worker `w` fetches queue `w % queues`
+    /// (all of them with `fetch_all`).
+    pub queues: usize,
+    pub fetch_all: bool,
+    /// Choose the queue names so that queue `k` is in partition `k % spread` (`--spread`).
+    pub spread: Option<u32>,
     pub run: u64,
     /// The wire dialect: the OJS port, or the Faktory port (one job per FETCH).
     pub dialect: Dialect,
@@ -137,21 +145,26 @@ pub fn share(n: u64, p: usize, i: usize) -> (u64, u64) {
     (n * i / p, n * (i + 1) / p)
 }
 
-fn connect(cfg: &LoadConfig, wid: Option<String>) -> ojs_client::Result<Client> {
+/// The address connection `idx` (of producers, or of workers) uses: round-robin.
+pub fn addr_of(addrs: &[String], idx: usize) -> &str {
+    &addrs[idx % addrs.len().max(1)]
+}
+
+fn connect(cfg: &LoadConfig, idx: usize, wid: Option<String>) -> ojs_client::Result<Client> {
     let opts = ConnectOptions {
         wid,
         // Above the server's FETCH block time, so an idle FETCH is not a timeout.
         timeout: Some(Duration::from_secs(15)),
         ..Default::default()
     };
-    Client::connect_with(&cfg.addr, &opts)
+    Client::connect_with(addr_of(&cfg.addrs, idx), &opts)
 }
 
 /// One producer connection: pushes its share, `unit` jobs per command, keeping up to
 /// `pipeline` commands in flight, paced to its part of `rate`.
 pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
     let (from, to) = share(shared.n, cfg.producers, idx);
-    let mut client = match connect(cfg, None) {
+    let mut client = match connect(cfg, idx, None) {
         Ok(c) => c,
         Err(e) => return shared.fatal(format!("producer {idx}: connect: {e}")),
     };
@@ -192,9 +205,10 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
                 }
             }
             let end = (seq + unit).min(to);
+            let q = idx.wrapping_add(sent as usize);
             let line = match cfg.mode {
-                Mode::One => env.push_line(seq),
-                Mode::Batch => env.pushb_line(seq, end),
+                Mode::One => env.push_line(q, seq),
+                Mode::Batch => env.pushb_line(q, seq, end),
             };
             if let Err(e) = client.send_line(&line) {
                 return shared.fatal(format!("producer {idx}: send: {e}"));
@@ -267,7 +281,7 @@ enum Cmd {
 pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> Vec<u64> {
     let mut lat = Vec::with_capacity((shared.n as usize / cfg.workers.max(1)) + 16);
     let wid = format!("bench-{:x}-w{idx}", cfg.run);
-    let mut client = match connect(cfg, Some(wid)) {
+    let mut client = match connect(cfg, idx, Some(wid)) {
         Ok(c) => c,
         Err(e) => {
             shared.fatal(format!("worker {idx}: connect: {e}"));
@@ -275,8 +289,8 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
         }
     };
     let fetch = match cfg.mode {
-        Mode::One => env.fetch_line(1),
-        Mode::Batch => env.fetch_line(cfg.batch.clamp(1, 1000)),
+        Mode::One => env.fetch_line(idx, 1),
+        Mode::Batch => env.fetch_line(idx, cfg.batch.clamp(1, 1000)),
     };
     let depth = cfg.worker_pipeline.max(1);
     let mut out: VecDeque<Cmd> = VecDeque::new();
@@ -379,7 +393,7 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
             }
             // Take the next job with this ACK unless every job of the run is out already.
             let (line, cmd) = if ack_fetch && !shared.fetching_done() && !shared.should_stop() {
-                (env.ack_fetch_line(&job.id), Cmd::AckFetch(seq))
+                (env.ack_fetch_line(idx, &job.id), Cmd::AckFetch(seq))
             } else {
                 (env.ack_line(&job.id), Cmd::Ack(seq))
             };
@@ -451,8 +465,9 @@ pub fn tally(shared: &Shared) -> Tally {
 
 /// Run producers and workers to completion (or timeout); returns all pickup latencies.
 pub fn run(cfg: &LoadConfig, shared: &Arc<Shared>) -> Vec<u64> {
-    let env = Arc::new(Envelope::with_dialect(
-        &cfg.queue,
+    let env = Arc::new(Envelope::with_queues(
+        super::envelope::queue_names(&cfg.queue, cfg.queues, cfg.spread),
+        cfg.fetch_all,
         cfg.run,
         cfg.payload,
         cfg.dialect,
