@@ -222,7 +222,7 @@ impl Cluster {
                 wait,
             };
             let rx = self.on(part, conn, wid.clone(), cmd, 0, false).await;
-            return self.placing_rx(part, conn, wid, rx);
+            return self.placing(part, conn, wid, rx);
         }
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
@@ -252,25 +252,6 @@ impl Cluster {
             me.deliver(p, conn, wid, tx, a).await;
         });
         rx
-    }
-
-    fn placing_rx(
-        self: &Arc<Self>,
-        part: u32,
-        conn: Option<ConnId>,
-        wid: Option<Arc<str>>,
-        rx: oneshot::Receiver<Answered>,
-    ) -> oneshot::Receiver<Answered> {
-        let (tx, out) = oneshot::channel();
-        let me = self.clone();
-        tokio::spawn(async move {
-            let a = rx
-                .await
-                .unwrap_or_else(|_| Err(self_unreachable(&me, part)));
-            me.placed_from(part, &a);
-            me.deliver(part, conn, wid, tx, a).await;
-        });
-        out
     }
 
     /// A request every partition answers (INFO, BEAT, WORKER, CLOCK ADVANCE), merged.
