@@ -15,7 +15,7 @@
 //! - A poll reads a page from each partition and answers their events with the position
 //!   after them as its `cursor` (a string).
 
-use super::router::{Cluster, Target, LONG_POLL_MS, REMOTE_POLL};
+use super::router::{Cluster, Router, Target, LONG_POLL_MS, REMOTE_POLL};
 use crate::engine::{Page, PageSource, Subscription};
 use crate::error::{ErrorCode, OjsError};
 use crate::events::held::{Buffer, Pool, Reservation};
@@ -294,6 +294,34 @@ impl Cluster {
             last: 0,
             has_more,
             position: Some(crate::events::position_token(&positions)),
+        })
+    }
+}
+
+/// The stream of one partition's log (a filter naming its queues) through the router.
+impl PageSource for Router {
+    fn pool(&self) -> &Arc<Pool> {
+        self.subscribers()
+    }
+
+    fn read_page(
+        &self,
+        filter: EventFilter,
+        start: Start,
+        limit: usize,
+        buf: Arc<Buffer>,
+        reservation: Reservation,
+        wait: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<Page, OjsError>> + Send + '_>> {
+        Box::pin(async move {
+            let c = match self {
+                Router::Local(h) => {
+                    return h.read_into(filter, start, limit, buf, reservation).await
+                }
+                Router::Cluster(c) => c,
+            };
+            let p = c.events_part(&filter)?;
+            read_part(c, p, filter, start, limit, buf, reservation, wait).await
         })
     }
 }

@@ -13,9 +13,9 @@ use super::link::{Link, LinkConfig};
 
 use crate::engine::intake::Intake;
 use crate::engine::request::Command;
-use crate::engine::{Answer, Answered, ConnId, EngineHandle, Page, PageSource, Subscription};
+use crate::engine::{Answer, Answered, ConnId, EngineHandle, Page, Subscription};
 use crate::error::OjsError;
-use crate::events::held::{Buffer, Pool, Reservation};
+use crate::events::held::Pool;
 use crate::events::{EventFilter, Start};
 use std::collections::HashMap;
 use std::future::Future;
@@ -626,32 +626,5 @@ impl Router {
             Router::Local(_) => false,
             Router::Cluster(c) => c.stopping.load(Ordering::SeqCst),
         }
-    }
-}
-
-impl PageSource for Router {
-    fn pool(&self) -> &Arc<Pool> {
-        self.subscribers()
-    }
-
-    fn read_page(
-        &self,
-        filter: EventFilter,
-        start: Start,
-        limit: usize,
-        buf: Arc<Buffer>,
-        reservation: Reservation,
-        wait: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<Page, OjsError>> + Send + '_>> {
-        Box::pin(async move {
-            let c = match self {
-                Router::Local(h) => {
-                    return h.read_into(filter, start, limit, buf, reservation).await
-                }
-                Router::Cluster(c) => c,
-            };
-            let p = c.events_part(&filter)?;
-            super::feed::read_part(c, p, filter, start, limit, buf, reservation, wait).await
-        })
     }
 }
