@@ -647,3 +647,40 @@ fn a_peers_events_request_waits_for_the_next_event() {
     let page = &answer["Events"]["page"]["Ok"];
     assert_eq!(page["count"], json!(1), "{answer}");
 }
+
+/// Subscribers' long polls cannot hold up a peer's commands: many parked events requests
+/// (each holding its page's share of the peer's budget) and then an INFO on the same peer
+/// connection: the INFO is answered while the polls still wait (a few of them park, the
+/// rest are answered at once).
+#[test]
+fn parked_event_polls_do_not_hold_up_a_peers_commands() {
+    let Some(url) = url() else { return };
+    let c = Cluster::new(url, 2);
+    let _nodes = start(&c);
+    let mut s = TcpStream::connect(&c.peers[0]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    read_frame(&mut s).expect("a challenge");
+    let auth = json!({"Auth": {"version": 2, "node": "many-polls", "pwdhash": null}});
+    send_frame(&mut s, auth.to_string().as_bytes());
+    assert_eq!(read_frame(&mut s).expect("welcome"), json!("Welcome"));
+    // 40 polls of 4 MiB pages: 8 MiB of the peer's 64 MiB budget each while they wait.
+    for id in 0..40u64 {
+        let req = json!({"Events": {"id": id, "part": 0, "start": {"After": 0}, "limit": 100,
+            "bytes": 4 << 20, "wait_ms": 15000,
+            "filter": {"event_types": ["job.enqueued"], "queues": ["nothing-here"],
+                       "job_types": [], "sources": []}}});
+        send_frame(&mut s, req.to_string().as_bytes());
+    }
+    let t0 = Instant::now();
+    let info = json!({"Submit": {"id": 1000, "part": 0, "conn": null, "wid": null,
+        "cmd": "Info", "bytes": 0, "viewed": false}});
+    send_frame(&mut s, info.to_string().as_bytes());
+    loop {
+        let f = read_frame(&mut s).expect("a frame");
+        if f["Answer"]["id"] == json!(1000) {
+            break;
+        }
+    }
+    // The parked polls wait 15 s; the INFO does not wait for them.
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}

@@ -234,6 +234,8 @@ async fn peer_connection<S>(
     // The job size limit of the engines that answer (replies of FETCH, JOB, listings).
     let max_job = router.intake().limits().max_job_bytes;
     let carried = Arc::new(Mutex::new(Carried::default()));
+    // Bytes of this peer's budget held by events requests that wait for an event.
+    let parked_polls = Arc::new(AtomicUsize::new(0));
     // Requests the peer may cancel (FETCHes), by id: told to give back what they claim.
     let cancels: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
     let mut tasks = JoinSet::new();
@@ -400,17 +402,35 @@ async fn peer_connection<S>(
                 let limits = cfg.limits;
                 let holder = cfg.node.clone();
                 let engine = router.engine_of(part);
+                // A parked poll holds its share of this peer's budget while it waits: while
+                // parked polls hold a quarter of it, the others are answered at once (their
+                // subscribers ask again a little later), so that waiting polls cannot hold
+                // up the peer's commands.
+                let parked = parked_polls.clone();
+                let share = holds.min(cfg.limits.per_peer);
+                let may_wait = parked
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
+                        (b + share <= cfg.limits.per_peer / 4).then_some(b + share)
+                    })
+                    .is_ok();
                 tasks.spawn(async move {
                     let page = match engine {
                         None => Err(not_holder(&holder, part)),
                         Some(engine) => {
-                            let wait = Duration::from_millis(wait_ms).min(MAX_EVENTS_WAIT);
+                            let wait = if may_wait {
+                                Duration::from_millis(wait_ms).min(MAX_EVENTS_WAIT)
+                            } else {
+                                Duration::ZERO
+                            };
                             let bytes = page_bytes(bytes, &limits);
                             long_poll(&engine, filter, start, limit.min(1000), bytes, wait)
                                 .await
                                 .map(super::proto::WirePage::from)
                         }
                     };
+                    if may_wait {
+                        parked.fetch_sub(share, Ordering::SeqCst);
+                    }
                     let msg = FromOwner::Events { id, page };
                     send(&out, &msg, id, permits, &limits);
                 });
