@@ -63,6 +63,7 @@
 
 use super::postgres_balance::{plan, HeldInfo, View};
 use super::postgres_cluster::PgClusterView;
+use super::postgres_commit::CommitQueue;
 use super::postgres_errors::{timed, STATEMENT_TIMEOUT};
 use super::postgres_lease::{renew_held, ttl_ms, Lease};
 use super::postgres_schema::{
@@ -179,6 +180,8 @@ pub(super) struct NodeCtx {
     /// Test hook: a frozen node (no heartbeat, renewal or balance).
     paused: AtomicBool,
     pub(super) cluster: Arc<PgClusterView>,
+    /// The node's group commit: every held partition's syncs (`postgres_commit.rs`).
+    pub(super) commits: CommitQueue,
 }
 
 impl NodeCtx {
@@ -392,6 +395,7 @@ impl PgNode {
             &opts.node,
             opts.lease_ttl,
         ));
+        let commits = CommitQueue::new(&s);
         let ctx = Arc::new(NodeCtx {
             pool,
             sql,
@@ -409,6 +413,7 @@ impl PgNode {
             hooks: Mutex::new(None),
             paused: AtomicBool::new(false),
             cluster,
+            commits,
         });
         let core = Arc::new(NodeCore {
             rt: Some(rt),
@@ -511,6 +516,17 @@ impl PgNode {
     #[cfg(test)]
     pub(crate) fn freeze_for_test(&self, frozen: bool) {
         self.core.ctx.paused.store(frozen, Ordering::SeqCst);
+    }
+
+    /// Test hooks: the transactions the node's group commit committed so far; make its next
+    /// round wait until `gather` syncs are queued (0: no waiting).
+    #[cfg(test)]
+    pub(crate) fn commits_for_test(&self, gather: usize) -> u64 {
+        let c = &self.core.ctx.commits;
+        if gather > 0 {
+            c.gather_for_test(gather);
+        }
+        c.rounds()
     }
 
     /// Test hook: the partitions this node holds.
