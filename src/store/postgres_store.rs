@@ -57,9 +57,10 @@
 //! `renew_every` in one statement (`... WHERE part = p AND owner = node AND epoch = e` for
 //! each); a renewal that does not return a partition marks its lease lost. Every sync's
 //! transaction first runs
-//! `SELECT 1 FROM ojs_partitions WHERE part = p AND epoch = e FOR SHARE`: a takeover's
-//! `epoch + 1` waits for that lock, and once it has committed the old owner's next
-//! transaction finds no row, rolls back, and fails with [`StoreError::Fenced`]. A fenced
+//! `SELECT part FROM ojs_partitions WHERE (part, epoch) IN (...) FOR SHARE` for the
+//! partitions in it: a takeover's `epoch + 1` waits for that lock, and once it has
+//! committed the old owner's next sync finds no row for its partition and fails with
+//! [`StoreError::Fenced`] (the others in its transaction commit). A fenced
 //! store (or one whose sync failed for a reason that does not pass: a statement the
 //! server refuses) refuses every later write for good; the engine then answers the waiting
 //! clients with an error and stops, so nothing is acknowledged that was not committed
