@@ -114,11 +114,17 @@ impl NodeSql {
     fn new(s: &str) -> NodeSql {
         NodeSql {
             heartbeat: heartbeat_sql(s),
+            // The rows are locked in partition order first, as a group commit's fence
+            // locks them (`postgres_commit.rs`): in any other order a renewal and a commit
+            // of the same node could deadlock.
             renew: format!(
                 "UPDATE {s}.ojs_partitions p \
                  SET lease_until = now() + $3::bigint * interval '1 millisecond' \
-                 FROM unnest($1::int[], $2::bigint[]) AS h(part, epoch) \
-                 WHERE p.part = h.part AND p.epoch = h.epoch AND p.owner = $4 \
+                 WHERE p.part IN (SELECT q.part FROM {s}.ojs_partitions q \
+                   JOIN unnest($1::int[], $2::bigint[]) AS h(part, epoch) \
+                   ON q.part = h.part AND q.epoch = h.epoch \
+                   WHERE q.owner = $4 ORDER BY q.part FOR UPDATE OF q) \
+                 AND p.owner = $4 \
                  RETURNING p.part"
             ),
             prune: format!(
