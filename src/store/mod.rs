@@ -21,6 +21,7 @@ mod fjall_store;
 mod postgres_balance;
 mod postgres_cache;
 mod postgres_cluster;
+mod postgres_commit;
 mod postgres_errors;
 mod postgres_lease;
 mod postgres_node;

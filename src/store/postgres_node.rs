@@ -63,6 +63,7 @@
 
 use super::postgres_balance::{plan, HeldInfo, View};
 use super::postgres_cluster::PgClusterView;
+use super::postgres_commit::CommitQueue;
 use super::postgres_errors::{timed, STATEMENT_TIMEOUT};
 use super::postgres_lease::{renew_held, ttl_ms, Lease};
 use super::postgres_schema::{
@@ -113,11 +114,17 @@ impl NodeSql {
     fn new(s: &str) -> NodeSql {
         NodeSql {
             heartbeat: heartbeat_sql(s),
+            // The rows are locked in partition order first, as a group commit's fence
+            // locks them (`postgres_commit.rs`): in any other order a renewal and a commit
+            // of the same node could deadlock.
             renew: format!(
                 "UPDATE {s}.ojs_partitions p \
                  SET lease_until = now() + $3::bigint * interval '1 millisecond' \
-                 FROM unnest($1::int[], $2::bigint[]) AS h(part, epoch) \
-                 WHERE p.part = h.part AND p.epoch = h.epoch AND p.owner = $4 \
+                 WHERE p.part IN (SELECT q.part FROM {s}.ojs_partitions q \
+                   JOIN unnest($1::int[], $2::bigint[]) AS h(part, epoch) \
+                   ON q.part = h.part AND q.epoch = h.epoch \
+                   WHERE q.owner = $4 ORDER BY q.part FOR UPDATE OF q) \
+                 AND p.owner = $4 \
                  RETURNING p.part"
             ),
             prune: format!(
@@ -179,6 +186,8 @@ pub(super) struct NodeCtx {
     /// Test hook: a frozen node (no heartbeat, renewal or balance).
     paused: AtomicBool,
     pub(super) cluster: Arc<PgClusterView>,
+    /// The node's group commit: every held partition's syncs (`postgres_commit.rs`).
+    pub(super) commits: CommitQueue,
 }
 
 impl NodeCtx {
@@ -392,6 +401,7 @@ impl PgNode {
             &opts.node,
             opts.lease_ttl,
         ));
+        let commits = CommitQueue::new(&s);
         let ctx = Arc::new(NodeCtx {
             pool,
             sql,
@@ -409,6 +419,7 @@ impl PgNode {
             hooks: Mutex::new(None),
             paused: AtomicBool::new(false),
             cluster,
+            commits,
         });
         let core = Arc::new(NodeCore {
             rt: Some(rt),
@@ -511,6 +522,17 @@ impl PgNode {
     #[cfg(test)]
     pub(crate) fn freeze_for_test(&self, frozen: bool) {
         self.core.ctx.paused.store(frozen, Ordering::SeqCst);
+    }
+
+    /// Test hooks: the transactions the node's group commit committed so far; make its next
+    /// round wait until `gather` syncs are queued (0: no waiting).
+    #[cfg(test)]
+    pub(crate) fn commits_for_test(&self, gather: usize) -> u64 {
+        let c = &self.core.ctx.commits;
+        if gather > 0 {
+            c.gather_for_test(gather);
+        }
+        c.rounds()
     }
 
     /// Test hook: the partitions this node holds.

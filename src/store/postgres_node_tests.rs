@@ -391,3 +391,118 @@ fn the_partition_count_is_fixed_when_the_schema_is_created() {
     ));
     assert_eq!(index.len(), 1);
 }
+
+/// Commit one batch in each of `stores` from a thread of its own, all at once; the
+/// outcomes by store.
+fn commit_together(stores: &mut [PostgresStore], key: &[u8]) -> Vec<StoreResult<()>> {
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = stores
+            .iter_mut()
+            .map(|s| sc.spawn(move || s.commit(put(key))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Group commit: four partitions of one node syncing at once commit in one transaction
+/// (the round waits for all four: a test hook), and every partition's rows are there;
+/// then, left to themselves, many concurrent syncs still share transactions.
+#[test]
+fn concurrent_syncs_of_a_nodes_partitions_share_a_transaction() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a", 4).unwrap();
+    let sch = opts.schema.clone();
+    let a = PgNode::open(&opts).unwrap();
+    let mut stores: Vec<PostgresStore> = (0..4).map(|p| a.take(p).unwrap().unwrap()).collect();
+    let before = a.commits_for_test(4);
+    for r in commit_together(&mut stores, b"together-0000000") {
+        r.unwrap();
+    }
+    assert_eq!(
+        a.commits_for_test(0) - before,
+        1,
+        "four syncs, one transaction"
+    );
+    for s in &stores {
+        let rows = s.sql_for_test(&format!(
+            "SELECT count(*) FROM {sch}.ojs_kv WHERE part = {} AND key = '\\x{}'::bytea",
+            s.part(),
+            hex(b"together-0000000")
+        ));
+        assert_eq!(rows[0].get::<_, i64>(0), 1, "partition {}", s.part());
+    }
+    // No hook: 4 x 50 syncs, fewer transactions.
+    let before = a.commits_for_test(0);
+    std::thread::scope(|sc| {
+        for s in stores.iter_mut() {
+            sc.spawn(move || {
+                for i in 0..50u32 {
+                    let key = format!("free-{i:011}");
+                    s.commit(put(key.as_bytes())).unwrap();
+                }
+            });
+        }
+    });
+    let rounds = a.commits_for_test(0) - before;
+    assert!(rounds < 200, "{rounds} transactions for 200 syncs");
+    for s in &stores {
+        let rows = s.sql_for_test(&format!(
+            "SELECT count(*) FROM {sch}.ojs_kv WHERE part = {} AND key LIKE 'free-%'",
+            s.part()
+        ));
+        assert_eq!(rows[0].get::<_, i64>(0), 50, "partition {}", s.part());
+    }
+    eprintln!("200 concurrent syncs in {rounds} transactions");
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A round of three partitions' syncs, one of them taken over by another node meanwhile:
+/// that one fails as fenced (and refuses writes from then on), the other two commit in the
+/// same transaction.
+#[test]
+fn a_fenced_partition_fails_alone_in_its_round() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a", 4).unwrap();
+    let sch = opts.schema.clone();
+    let a = PgNode::open(&opts).unwrap();
+    let mut stores: Vec<PostgresStore> = (0..3).map(|p| a.take(p).unwrap().unwrap()).collect();
+    // Partition 1's lease is no longer renewed, and only the database's fence stands.
+    stores[1].freeze_for_test(true, false);
+    let b = PgNode::open(&options(dir.path(), "node-b", 4).unwrap()).unwrap();
+    let mut b1 = None;
+    assert!(eventually(TTL * 3, || {
+        b1 = b.take(1).unwrap();
+        b1.is_some()
+    }));
+    let before = a.commits_for_test(3);
+    let outcomes = commit_together(&mut stores, b"round-000000000a");
+    assert_eq!(a.commits_for_test(0) - before, 1, "one transaction");
+    assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);
+    assert!(
+        matches!(outcomes[1], Err(StoreError::Fenced(_))),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(outcomes[2].is_ok(), "{:?}", outcomes[2]);
+    let rows = stores[0].sql_for_test(&format!(
+        "SELECT part FROM {sch}.ojs_kv WHERE key = '\\x{}'::bytea ORDER BY part",
+        hex(b"round-000000000a")
+    ));
+    let parts: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(parts, vec![0, 2]);
+    assert!(matches!(
+        stores[1].commit(put(b"after-0000000000")),
+        Err(StoreError::Fenced(_))
+    ));
+    stores[0].commit(put(b"after-0000000000")).unwrap();
+    drop(b1);
+}

@@ -403,9 +403,6 @@ async fn try_take(
 /// The store's SQL, with the schema spliced in.
 pub(super) struct Sql {
     pub(super) get: String,
-    pub(super) fence: String,
-    pub(super) delete: String,
-    pub(super) upsert: String,
     pub(super) size: String,
     pub(super) kv: String,
 }
@@ -415,18 +412,6 @@ impl Sql {
         Sql {
             get: format!(
                 "SELECT value FROM {s}.ojs_kv WHERE part = $1 AND space = $2 AND key = $3"
-            ),
-            fence: format!(
-                "SELECT 1 FROM {s}.ojs_partitions WHERE part = $1 AND epoch = $2 FOR SHARE"
-            ),
-            delete: format!(
-                "DELETE FROM {s}.ojs_kv k USING unnest($2::int2[], $3::bytea[]) AS d(space, key) \
-                 WHERE k.part = $1 AND k.space = d.space AND k.key = d.key"
-            ),
-            upsert: format!(
-                "INSERT INTO {s}.ojs_kv (part, space, key, value) \
-                 SELECT $1, * FROM unnest($2::int2[], $3::bytea[], $4::bytea[]) \
-                 ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
             ),
             size: format!("SELECT pg_total_relation_size('{s}.ojs_kv'::regclass)"),
             kv: format!("SELECT key, value FROM {s}.ojs_kv WHERE part = $1 AND space = $2"),

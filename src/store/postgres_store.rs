@@ -57,9 +57,10 @@
 //! `renew_every` in one statement (`... WHERE part = p AND owner = node AND epoch = e` for
 //! each); a renewal that does not return a partition marks its lease lost. Every sync's
 //! transaction first runs
-//! `SELECT 1 FROM ojs_partitions WHERE part = p AND epoch = e FOR SHARE`: a takeover's
-//! `epoch + 1` waits for that lock, and once it has committed the old owner's next
-//! transaction finds no row, rolls back, and fails with [`StoreError::Fenced`]. A fenced
+//! `SELECT part FROM ojs_partitions WHERE (part, epoch) IN (...) FOR SHARE` for the
+//! partitions in it: a takeover's `epoch + 1` waits for that lock, and once it has
+//! committed the old owner's next sync finds no row for its partition and fails with
+//! [`StoreError::Fenced`] (the others in its transaction commit). A fenced
 //! store (or one whose sync failed for a reason that does not pass: a statement the
 //! server refuses) refuses every later write for good; the engine then answers the waiting
 //! clients with an error and stops, so nothing is acknowledged that was not committed
@@ -90,6 +91,7 @@ use std::time::Duration;
 
 use super::postgres_cache::ReadCache;
 use super::postgres_cluster::PgClusterView;
+use super::postgres_commit::Request;
 use super::postgres_errors::timed;
 pub(super) use super::postgres_errors::{err, pool_err};
 use super::postgres_lease::Lease;
@@ -214,49 +216,16 @@ impl Shared {
                 net.insert((space.index() as i16, key.as_slice()), value.as_ref());
             }
         }
-        let (mut del_s, mut del_k, mut put_s, mut put_k, mut put_v) =
-            (vec![], vec![], vec![], vec![], vec![]);
-        for ((space, key), value) in &net {
-            match value {
-                Some(v) => {
-                    put_s.push(*space);
-                    put_k.push(*key);
-                    put_v.push(&v[..]);
-                }
-                None => {
-                    del_s.push(*space);
-                    del_k.push(*key);
-                }
-            }
-        }
-        let lease = &self.lease;
-        let result = self.block_on(timed("a commit", async {
-            let mut client = self.pool.get().await.map_err(pool_err)?;
-            let tx = client.transaction().await.map_err(err)?;
-            let fence = tx.prepare_cached(&self.sql.fence).await.map_err(err)?;
-            if tx
-                .query(&fence, &[&lease.part, &lease.epoch])
-                .await
-                .map_err(err)?
-                .is_empty()
-            {
-                let _ = tx.rollback().await;
-                return Err(lease.fenced("the partition's epoch moved on (taken over)"));
-            }
-            if !del_s.is_empty() {
-                let st = tx.prepare_cached(&self.sql.delete).await.map_err(err)?;
-                tx.execute(&st, &[&lease.part, &del_s, &del_k])
-                    .await
-                    .map_err(err)?;
-            }
-            if !put_s.is_empty() {
-                let st = tx.prepare_cached(&self.sql.upsert).await.map_err(err)?;
-                tx.execute(&st, &[&lease.part, &put_s, &put_k, &put_v])
-                    .await
-                    .map_err(err)?;
-            }
-            tx.commit().await.map_err(err)
-        }));
+        // Committed with whatever the node's other partitions sync meanwhile, in one
+        // transaction under each one's fence (`postgres_commit.rs`).
+        let request = Request {
+            lease: self.lease.clone(),
+            ops: net
+                .iter()
+                .map(|((space, key), value)| (*space, key.to_vec(), value.cloned()))
+                .collect(),
+        };
+        let result = self.node.ctx.commits.submit(&self.node, request);
         if let Err(e) = result {
             if let StoreError::Unavailable(_) = e {
                 // Pending again, ahead of what was written meanwhile; their entries never

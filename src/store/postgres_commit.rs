@@ -1,0 +1,243 @@
+//! Group commit across a node's partitions: the syncs of the partition stores a node holds
+//! that come at about the same time commit in ONE transaction.
+//!
+//! Each store's [`Shared::sync`](super::postgres_store) folds its pending batches into
+//! their net effect as before and hands it, with its lease (partition and epoch), to the
+//! node's [`CommitQueue`] (in `NodeCtx`, shared by all the node's stores). Leader and
+//! followers: the request is queued; when no commit is in flight, its caller becomes the
+//! committer, takes every request queued and commits them together; otherwise it waits
+//! for the commit in flight to finish, and then either its request was taken by it (no:
+//! a committer takes only what was queued when it started) or it is among the next
+//! round's, whose committer is the first waiter to wake. Nothing waits to collect more: an
+//! idle node's lone sync commits at once, as before; under load the requests that queue
+//! up behind one commit share the next.
+//!
+//! The round's transaction fences every partition in it at once:
+//! `SELECT part FROM ojs_partitions WHERE (part, epoch) IN (unnest(...)) ORDER BY part FOR
+//! SHARE`. A request whose partition is missing from the answer is fenced: it gets
+//! [`StoreError::Fenced`] (its store then refuses writes for good, as a single sync's
+//! fence did) and its ops are left out; the others commit in the same transaction with
+//! one `DELETE ... USING unnest(part[], space[], key[])` and one `INSERT ... SELECT
+//! unnest(part[], space[], key[], value[]) ON CONFLICT DO UPDATE`, rows sorted by (part,
+//! space, key) so that concurrent transactions lock alike. Any other failure is every
+//! request's: `Unavailable` (PostgreSQL away; each store puts its batches back as pending)
+//! or a statement refused. What a store does after its commit (overlay, read cache,
+//! `unsynced`) it still does itself, under its own locks; and since a store holds its
+//! `sync_lock` across the request, it never has two in a queue.
+
+use super::postgres_errors::timed;
+use super::postgres_lease::Lease;
+use super::postgres_node::NodeCore;
+use super::postgres_store::{err, pool_err};
+use super::{StoreError, StoreResult};
+use bytes::Bytes;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// One store's sync: its lease and its net ops, sorted by (space, key), each a value or a
+/// tombstone.
+pub(super) struct Request {
+    pub(super) lease: Arc<Lease>,
+    pub(super) ops: Vec<(i16, Vec<u8>, Option<Bytes>)>,
+}
+
+struct Slot {
+    req: Request,
+    /// Set by the committer that took the request.
+    outcome: Mutex<Option<StoreResult<()>>>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Vec<Arc<Slot>>,
+    /// A commit is in flight.
+    busy: bool,
+    /// Test hook: a committer waits until this many requests are queued.
+    gather: usize,
+}
+
+/// The node's commit queue (see the module docs).
+pub(super) struct CommitQueue {
+    state: Mutex<State>,
+    done: Condvar,
+    sql: CommitSql,
+    /// Transactions committed (rounds that got as far as their COMMIT).
+    rounds: AtomicU64,
+}
+
+struct CommitSql {
+    fence: String,
+    delete: String,
+    upsert: String,
+}
+
+impl CommitQueue {
+    /// `s`: the quoted schema.
+    pub(super) fn new(s: &str) -> CommitQueue {
+        CommitQueue {
+            state: Mutex::new(State::default()),
+            done: Condvar::new(),
+            rounds: AtomicU64::new(0),
+            sql: CommitSql {
+                fence: format!(
+                    "SELECT part FROM {s}.ojs_partitions \
+                     WHERE (part, epoch) IN (SELECT * FROM unnest($1::int[], $2::bigint[])) \
+                     ORDER BY part FOR SHARE"
+                ),
+                delete: format!(
+                    "DELETE FROM {s}.ojs_kv k \
+                     USING unnest($1::int[], $2::int2[], $3::bytea[]) AS d(part, space, key) \
+                     WHERE k.part = d.part AND k.space = d.space AND k.key = d.key"
+                ),
+                upsert: format!(
+                    "INSERT INTO {s}.ojs_kv (part, space, key, value) \
+                     SELECT * FROM unnest($1::int[], $2::int2[], $3::bytea[], $4::bytea[]) \
+                     ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
+                ),
+            },
+        }
+    }
+
+    /// Commit `req` with whatever else is queued now or behind the commit in flight; its
+    /// own outcome. From a plain thread (it waits with `core.block_on`).
+    pub(super) fn submit(&self, core: &NodeCore, req: Request) -> StoreResult<()> {
+        let slot = Arc::new(Slot {
+            req,
+            outcome: Mutex::new(None),
+        });
+        let mut st = self.state.lock().unwrap();
+        st.queue.push(slot.clone());
+        if st.gather > 0 {
+            self.done.notify_all();
+        }
+        loop {
+            if let Some(r) = slot.outcome.lock().unwrap().take() {
+                return r;
+            }
+            if !st.busy {
+                break;
+            }
+            st = self.done.wait(st).unwrap();
+        }
+        // The committer of this round.
+        st.busy = true;
+        while st.queue.len() < st.gather {
+            st = self.done.wait(st).unwrap();
+        }
+        st.gather = 0;
+        let round = std::mem::take(&mut st.queue);
+        drop(st);
+        let outcomes = self.commit(core, &round);
+        for (s, r) in round.iter().zip(outcomes) {
+            *s.outcome.lock().unwrap() = Some(r);
+        }
+        let mut st = self.state.lock().unwrap();
+        st.busy = false;
+        self.done.notify_all();
+        drop(st);
+        let r = slot.outcome.lock().unwrap().take();
+        r.expect("the committer's own request is in its round")
+    }
+
+    /// One transaction for `round`: each request's outcome, in order (or the error of the
+    /// whole round, which is every request's).
+    fn commit(&self, core: &NodeCore, round: &[Arc<Slot>]) -> Vec<StoreResult<()>> {
+        match core.block_on(timed("a commit", self.transaction(core, round))) {
+            Ok(fenced) => round
+                .iter()
+                .zip(fenced)
+                .map(|(s, fenced)| match fenced {
+                    true => Err(s
+                        .req
+                        .lease
+                        .fenced("the partition's epoch moved on (taken over)")),
+                    false => Ok(()),
+                })
+                .collect(),
+            Err(e) => round.iter().map(|_| Err(copy(&e))).collect(),
+        }
+    }
+
+    /// Whether each request was fenced; `Err` when the round failed whole.
+    async fn transaction(&self, core: &NodeCore, round: &[Arc<Slot>]) -> StoreResult<Vec<bool>> {
+        let mut client = core.ctx.pool.get().await.map_err(pool_err)?;
+        let tx = client.transaction().await.map_err(err)?;
+        let parts: Vec<i32> = round.iter().map(|s| s.req.lease.part).collect();
+        let epochs: Vec<i64> = round.iter().map(|s| s.req.lease.epoch).collect();
+        let st = tx.prepare_cached(&self.sql.fence).await.map_err(err)?;
+        let live: Vec<i32> = tx
+            .query(&st, &[&parts, &epochs])
+            .await
+            .map_err(err)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let fenced: Vec<bool> = parts.iter().map(|p| !live.contains(p)).collect();
+        // Live requests by partition (each sorted by (space, key) already), so that the
+        // rows go in (part, space, key) order. Two requests of one partition cannot both be
+        // live: one epoch per partition passes the fence.
+        let mut order: Vec<usize> = (0..round.len()).filter(|&i| !fenced[i]).collect();
+        order.sort_by_key(|&i| parts[i]);
+        let (mut del_p, mut del_s, mut del_k) = (vec![], vec![], vec![]);
+        let (mut put_p, mut put_s, mut put_k, mut put_v) = (vec![], vec![], vec![], vec![]);
+        for &i in &order {
+            for (space, key, value) in &round[i].req.ops {
+                match value {
+                    Some(v) => {
+                        put_p.push(parts[i]);
+                        put_s.push(*space);
+                        put_k.push(key.as_slice());
+                        put_v.push(&v[..]);
+                    }
+                    None => {
+                        del_p.push(parts[i]);
+                        del_s.push(*space);
+                        del_k.push(key.as_slice());
+                    }
+                }
+            }
+        }
+        if order.is_empty() {
+            let _ = tx.rollback().await;
+            return Ok(fenced);
+        }
+        if !del_p.is_empty() {
+            let st = tx.prepare_cached(&self.sql.delete).await.map_err(err)?;
+            tx.execute(&st, &[&del_p, &del_s, &del_k])
+                .await
+                .map_err(err)?;
+        }
+        if !put_p.is_empty() {
+            let st = tx.prepare_cached(&self.sql.upsert).await.map_err(err)?;
+            tx.execute(&st, &[&put_p, &put_s, &put_k, &put_v])
+                .await
+                .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        Ok(fenced)
+    }
+
+    /// Transactions committed so far.
+    #[cfg(test)]
+    pub(super) fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::SeqCst)
+    }
+
+    /// Test hook: the next committer waits until `n` requests are queued, so that they
+    /// share one round.
+    #[cfg(test)]
+    pub(super) fn gather_for_test(&self, n: usize) {
+        self.state.lock().unwrap().gather = n;
+    }
+}
+
+/// A round's error for each of its requests.
+fn copy(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        StoreError::Fenced(m) => StoreError::Fenced(m.clone()),
+        StoreError::Backend(m) => StoreError::Backend(m.clone()),
+        e => StoreError::Backend(e.to_string()),
+    }
+}
