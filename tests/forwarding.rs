@@ -31,13 +31,7 @@ use std::time::{Duration, Instant};
 const LIMIT: Duration = Duration::from_secs(30);
 
 fn url() -> Option<String> {
-    let url = std::env::var("OJSD_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    if url.is_none() {
-        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
-    }
-    url
+    common::cluster::pg_url()
 }
 
 /// Node a holding the partition, the others standbys forwarding to it (each has said so

@@ -27,13 +27,7 @@ const LIMIT: Duration = Duration::from_secs(40);
 const PARTS: usize = 4;
 
 fn url() -> Option<String> {
-    let url = std::env::var("OJSD_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    if url.is_none() {
-        eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
-    }
-    url
+    common::cluster::pg_url()
 }
 
 /// One cluster at a time: three nodes per test on two cores are enough (the leases are

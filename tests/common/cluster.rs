@@ -24,15 +24,20 @@ pub const LEASE_TTL_MS: u64 = 2000;
 /// What a node logs once it holds the partition and serves from its own engine.
 pub const HOLDS: &str = "this node holds the partition";
 
-/// The PostgreSQL URL, or `None` (with a notice) when PostgreSQL or haproxy is missing.
-pub fn setup() -> Option<String> {
+/// The PostgreSQL URL, or `None` (with a notice) when `OJSD_TEST_POSTGRES_URL` is unset.
+pub fn pg_url() -> Option<String> {
     let url = std::env::var("OJSD_TEST_POSTGRES_URL")
         .ok()
         .filter(|u| !u.is_empty());
-    let Some(url) = url else {
+    if url.is_none() {
         eprintln!("skipped: OJSD_TEST_POSTGRES_URL is not set (.ci/run sets it)");
-        return None;
-    };
+    }
+    url
+}
+
+/// The PostgreSQL URL, or `None` (with a notice) when PostgreSQL or haproxy is missing.
+pub fn setup() -> Option<String> {
+    let url = pg_url()?;
     let haproxy = Command::new("haproxy")
         .arg("-v")
         .stdout(Stdio::null())
