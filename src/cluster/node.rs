@@ -28,14 +28,6 @@ enum Event {
     Ended(u32, u64, Result<(), StoreError>),
 }
 
-fn shared_of(s: &Shared) -> Shared {
-    Shared {
-        subscribers: s.subscribers.clone(),
-        connections: s.connections.clone(),
-        next_conn: s.next_conn.clone(),
-    }
-}
-
 /// Open the node, then serve: the returned thread ends when this node's engines have
 /// stopped (one partition: its engine; several: after [`Router::shutdown`]).
 pub fn serve(
@@ -170,7 +162,7 @@ impl Engines {
 
     fn start(&mut self, p: u32, store: PostgresStore) {
         let t0 = Instant::now();
-        match engine::start_with(Box::new(store), self.cfg.clone(), shared_of(&self.shared)) {
+        match engine::start_with(Box::new(store), self.cfg.clone(), self.shared.clone()) {
             Ok((handle, thread)) => {
                 self.next += 1;
                 let n = self.next;

@@ -103,7 +103,7 @@ impl Cluster {
                 )
                 .await
                 .await
-                .unwrap_or_else(|_| Err(self_unreachable(self, p)));
+                .unwrap_or_else(|_| Err(self.unreachable(Some(p), "no answer")));
             match a {
                 Ok(Answer::Nothing) => {}
                 Ok(Answer::Jobs(ref v)) if v.is_empty() => {}
@@ -142,7 +142,7 @@ impl Cluster {
         while !parked.is_empty() {
             let (a, i, _) = select_all(parked.iter_mut().map(|w| &mut w.rx)).await;
             let w = parked.swap_remove(i);
-            let a = a.unwrap_or_else(|_| Err(self_unreachable(self, w.part)));
+            let a = a.unwrap_or_else(|_| Err(self.unreachable(Some(w.part), "no answer")));
             if has_jobs(&a) {
                 self.cancel(parked, conn, wid).await;
                 return (w.part, a);
@@ -236,7 +236,7 @@ impl Cluster {
                 .on(part, conn, wid.clone(), ack, 0, false)
                 .await
                 .await
-                .unwrap_or_else(|_| Err(self_unreachable(&me, part)));
+                .unwrap_or_else(|_| Err(me.unreachable(Some(part), "no answer")));
             if let Err(e) = acked {
                 let _ = tx.send(Err(e));
                 return;
@@ -285,7 +285,7 @@ impl Cluster {
         for (p, rx) in asked.into_iter().enumerate() {
             answers.push(
                 rx.await
-                    .unwrap_or_else(|_| Err(self_unreachable(self, p as u32))),
+                    .unwrap_or_else(|_| Err(self.unreachable(Some(p as u32), "no answer"))),
             );
         }
         answers
@@ -312,7 +312,7 @@ impl Cluster {
                     .on(p, conn, wid.clone(), cmd.clone(), 0, viewed)
                     .await
                     .await
-                    .unwrap_or_else(|_| Err(self_unreachable(&me, p)));
+                    .unwrap_or_else(|_| Err(me.unreachable(Some(p), "no answer")));
                 let found = !matches!(&a, Err(e) if e.code == crate::error::ErrorCode::NotFound);
                 last = a;
                 if found {
@@ -343,7 +343,7 @@ impl Cluster {
                 .on(part, None, wid.clone(), cmd, 0, false)
                 .await
                 .await
-                .unwrap_or_else(|_| Err(self_unreachable(&me, part)));
+                .unwrap_or_else(|_| Err(me.unreachable(Some(part), "no answer")));
             if a.is_ok() {
                 for p in (0..me.parts()).filter(|p| *p != part) {
                     let del = Command::Cron(CronCmd::Del(name.clone()));
@@ -358,15 +358,4 @@ impl Cluster {
         });
         rx
     }
-}
-
-fn self_unreachable(c: &Cluster, part: u32) -> OjsError {
-    OjsError::new(
-        crate::error::ErrorCode::BackendUnavailable,
-        format!(
-            "partition {part} of {} did not answer (its engine stopped or its holder was \
-             lost); retry",
-            c.parts()
-        ),
-    )
 }

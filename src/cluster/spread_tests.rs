@@ -52,12 +52,7 @@ fn node() -> Node {
     for p in 0..PARTS {
         let dir = tempfile::tempdir().unwrap();
         let st = store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap();
-        let sh = Shared {
-            subscribers: shared.subscribers.clone(),
-            connections: shared.connections.clone(),
-            next_conn: shared.next_conn.clone(),
-        };
-        let (h, t) = crate::engine::start_with(st, Config::default(), sh).unwrap();
+        let (h, t) = crate::engine::start_with(st, Config::default(), shared.clone()).unwrap();
         router.activate(p, h.clone());
         engines.push((h, t));
         dirs.push(dir);

@@ -298,3 +298,27 @@ mod queue_tests {
         });
     }
 }
+
+/// What an engine shares with the front ends and may be given before it starts (a node
+/// that serves clients by forwarding before it runs an engine of its own keeps them).
+#[derive(Clone)]
+pub struct Shared {
+    /// The event subscribers' buffers.
+    pub subscribers: Arc<crate::events::held::Pool>,
+    /// Client connections open (INFO's `connections`).
+    pub connections: Arc<AtomicUsize>,
+    /// The next connection id: shared by the engines of one node (cluster mode runs one
+    /// per partition), so that an id names one client connection on all of them.
+    pub next_conn: Arc<AtomicU64>,
+}
+
+impl Shared {
+    /// Fresh ones, for buffers bounded by `held`.
+    pub fn new(held: crate::events::held::HeldLimits) -> Shared {
+        Shared {
+            subscribers: crate::events::held::Pool::new(held),
+            connections: Arc::new(AtomicUsize::new(0)),
+            next_conn: Arc::new(AtomicU64::new(1)),
+        }
+    }
+}

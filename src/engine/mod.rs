@@ -35,7 +35,7 @@ mod workflow;
 pub use api::{Answer, Answered, JobView};
 pub use clock::Clock;
 pub use events::{EventConfig, Page};
-pub use handle::{unavailable, EngineHandle};
+pub use handle::{unavailable, EngineHandle, Shared};
 pub use subscription::{PageSource, Subscription};
 
 /// The stored job record formats, for the `record` fuzz target (`fuzz/`) only: not an API.
@@ -291,29 +291,6 @@ pub struct Engine {
 /// Longest an iteration spends answering reads of the event log before it takes up
 /// commands again (at least one read is answered each time).
 const READ_BUDGET: Duration = Duration::from_millis(2);
-
-/// What an engine shares with the front ends and may be given before it starts (a node
-/// that serves clients by forwarding before it runs an engine of its own keeps them).
-pub struct Shared {
-    /// The event subscribers' buffers.
-    pub subscribers: Arc<crate::events::held::Pool>,
-    /// Client connections open (INFO's `connections`).
-    pub connections: Arc<AtomicUsize>,
-    /// The next connection id: shared by the engines of one node (cluster mode runs one
-    /// per partition), so that an id names one client connection on all of them.
-    pub next_conn: Arc<AtomicU64>,
-}
-
-impl Shared {
-    /// Fresh ones, for buffers bounded by `held`.
-    pub fn new(held: crate::events::held::HeldLimits) -> Shared {
-        Shared {
-            subscribers: crate::events::held::Pool::new(held),
-            connections: Arc::new(AtomicUsize::new(0)),
-            next_conn: Arc::new(AtomicU64::new(1)),
-        }
-    }
-}
 
 /// Open the engine over a store: rebuild the index, then run it on its own thread.
 pub fn start(
