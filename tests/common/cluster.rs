@@ -50,12 +50,32 @@ pub fn setup() -> Option<String> {
     Some(url)
 }
 
+/// A port that is free now and stays free for the test's own processes to bind later.
+///
+/// Not `bind(":0")`: that hands out a port from the kernel's ephemeral range
+/// (32768–60999 here), and once released the same port can become the local end of any
+/// outgoing connection (a client's, PostgreSQL's) before the node binds it — CI saw
+/// `--peer-listen: Address already in use` that way. Ports below the ephemeral range are
+/// never given to outgoing connections; each process walks its own stretch of them, and a
+/// port some other program holds is skipped.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(397) % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 fn schema() -> String {

@@ -55,11 +55,7 @@ impl TestPostgres {
                 .is_ok_and(|s| s.success());
             assert!(ok, "chown postgres {}", dir.path().display());
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::cluster::free_port();
         let pg = TestPostgres {
             dir,
             bin,
