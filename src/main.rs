@@ -533,10 +533,12 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             });
             let r = router.clone();
             let cfg = cfg.clone();
+            let rt = runtime.handle().clone();
             std::thread::Builder::new()
                 .name("ojsd-standby".into())
                 .spawn(move || {
-                    let started = ojsd::cluster::node::serve(opts, r, cfg, shared, wake, opening);
+                    let started =
+                        ojsd::cluster::node::serve(opts, r, cfg, shared, wake, opening, rt);
                     let _ = engine_tx.send(started);
                 })
                 .map_err(|e| e.to_string())?;

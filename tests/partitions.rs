@@ -11,16 +11,21 @@
 //!   the other two nodes, eight queues): its partitions are served again by the others,
 //!   every push answered +OK completes, and no ACK is answered +OK twice;
 //! - a node that joins gets partitions handed over (released by the others, not by a
-//!   lease running out).
+//!   lease running out);
+//! - workflows whose steps are in queues of several partitions complete each step once
+//!   across a kill -9 of the node holding the most partitions (their letters between
+//!   partitions are in PostgreSQL, and the new holders relay them).
 //!
 //! Needs `OJSD_TEST_POSTGRES_URL` (.ci/run sets it); skipped with a notice otherwise.
 
 mod common;
 
-use common::cluster::{connect, wait_until, Cluster, Load, Proc, NAMES};
+use common::cluster::{connect, json_when_served, wait_until, Cluster, Load, Proc, NAMES};
 use common::{id_of, test_job};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(40);
@@ -368,4 +373,166 @@ fn next_event(r: &mut std::io::BufReader<std::net::TcpStream>) -> (String, Strin
             }
         }
     }
+}
+
+/// A chain of a job, a group of two, a batch of two with two callbacks, and a job, each
+/// in another of the eight queues (rotated by `i`, so the workflows' homes differ too).
+fn spanning(i: usize, qs: &[String]) -> Value {
+    let job = |k: usize, t: &str, args: Value| {
+        json!({"type": t, "args": args,
+        "options": {"queue": qs[(k + i) % qs.len()], "timeout": 5}})
+    };
+    json!({"type": "chain", "id": format!("pwf-{i}"), "steps": [
+        job(0, "wf.first", json!([i])),
+        {"type": "group", "jobs": [job(1, "wf.fan", json!([i, 0])), job(2, "wf.fan", json!([i, 1]))]},
+        {"type": "batch", "jobs": [job(3, "wf.part", json!([i, 0])), job(4, "wf.part", json!([i, 1]))],
+         "callbacks": {"on_complete": job(5, "wf.done", json!([i])),
+                       "on_success": job(6, "wf.ok", json!([i]))}},
+        job(7, "wf.last", json!([i]))]})
+}
+const STEPS: usize = 8;
+
+#[test]
+fn a_workflow_spanning_partitions_completes_each_step_once_across_a_kill9() {
+    if url().is_none() {
+        return;
+    }
+    let _one = serial();
+    let qs = queues();
+    let spread: HashSet<u32> = qs
+        .iter()
+        .map(|q| ojsd::cluster::route::partition_of(q, PARTS as u32))
+        .collect();
+    assert!(
+        spread.len() >= 3,
+        "the queues span the partitions: {spread:?}"
+    );
+    let c = cluster(3);
+    let mut nodes = start(&c, 3);
+    let h = held(&c.nodes[0].0).unwrap();
+    let busiest = NAMES[..3]
+        .iter()
+        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
+        .unwrap();
+    let others: Vec<String> = (0..3)
+        .filter(|i| *i != busiest)
+        .map(|i| c.nodes[i].0.clone())
+        .collect();
+    let entry = others[0].clone();
+    let n = 8;
+    for i in 0..n {
+        let wf = json_when_served(
+            &entry,
+            &format!("WORKFLOW CREATE {}", spanning(i, &qs)),
+            LIMIT,
+        );
+        assert_eq!(wf["id"], format!("pwf-{i}"));
+    }
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|w| {
+            let (addr, acked, stop, qs) =
+                (others[w].clone(), acked.clone(), stop.clone(), qs.clone());
+            std::thread::spawn(move || {
+                let all: Vec<&str> = qs.iter().map(String::as_str).collect();
+                let mut c = None;
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(cl) = c.as_mut() else {
+                        c = connect(&addr, Some(format!("pwfw-{w}")));
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    };
+                    let job = match cl.fetch(&all) {
+                        Ok(Some(job)) => job,
+                        Ok(None) => continue,
+                        Err(_) => {
+                            c = None;
+                            continue;
+                        }
+                    };
+                    std::thread::sleep(Duration::from_millis(20)); // the work
+                    let id = id_of(&job);
+                    match cl.ack(&id, Some(&json!({"by": w}))) {
+                        Ok(()) => acked.lock().unwrap().push(id),
+                        Err(_) => c = None,
+                    }
+                }
+            })
+        })
+        .collect();
+    let total = n * STEPS;
+    wait_until("some steps done", LIMIT, || {
+        acked.lock().unwrap().len() >= total / 4
+    });
+    let at_kill = acked.lock().unwrap().len();
+    nodes[busiest].kill9();
+    let killed = Instant::now();
+    let get = |i: usize| json_when_served(&entry, &format!("WORKFLOW GET pwf-{i}"), LIMIT);
+    wait_until("every workflow to complete", LIMIT * 2, || {
+        (0..n).all(|i| get(i)["state"] == "completed")
+    });
+    let took = killed.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(at_kill < total, "the kill came mid-way");
+    let acked = acked.lock().unwrap().clone();
+    let mut seen = HashSet::new();
+    let twice: Vec<_> = acked.iter().filter(|id| !seen.insert(*id)).collect();
+    assert!(twice.is_empty(), "ACK answered +OK twice for {twice:?}");
+    // Exactly one job per step (callbacks included), each completed, in its own queue.
+    let mut by_step: HashMap<(String, String), Vec<String>> = HashMap::new();
+    let mut jobs = 0;
+    for q in &qs {
+        let page = json_when_served(
+            &entry,
+            &format!("JOBS {}", json!({"queue": q, "limit": 1000})),
+            LIMIT,
+        );
+        for j in page["jobs"].as_array().expect("jobs") {
+            assert_eq!(j["state"], "completed", "{j}");
+            assert_eq!(&j["queue"], q);
+            let key = (
+                j["workflow_id"].as_str().expect("workflow_id").to_string(),
+                j["workflow_step"]
+                    .as_str()
+                    .expect("workflow_step")
+                    .to_string(),
+            );
+            by_step.entry(key).or_default().push(id_of(j));
+            jobs += 1;
+        }
+    }
+    let twice: Vec<_> = by_step.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(twice.is_empty(), "steps enqueued more than once: {twice:?}");
+    assert_eq!(jobs, total, "one job per step of each workflow");
+    for i in 0..n {
+        let wf = get(i);
+        let m = &wf["metadata"];
+        assert_eq!(
+            (&m["completed_count"], &m["failed_count"]),
+            (&m["job_count"], &json!(0)),
+            "{wf}"
+        );
+        let cb = &wf["steps"][2]["callbacks"];
+        for name in ["on_complete", "on_success"] {
+            let key = (format!("pwf-{i}"), format!("2.{name}"));
+            assert_eq!(cb[name]["state"], "completed", "{wf}");
+            assert_eq!(
+                by_step.get(&key).map(|ids| ids[0].as_str()),
+                cb[name]["job_id"].as_str(),
+                "the callback's one job"
+            );
+        }
+    }
+    eprintln!(
+        "workflows across partitions: {n} workflows of {STEPS} jobs in {} partitions, \
+         {at_kill} ACKs before the kill -9, {} after; all completed {} ms after the kill; \
+         every step enqueued and completed once",
+        spread.len(),
+        acked.len() - at_kill,
+        took.as_millis()
+    );
 }

@@ -105,6 +105,23 @@ pub fn forwarded(cmd: &Command, limits: &Limits, now: DateTime<Utc>) -> Result<(
         Command::Dead(DeadCmd::List { limit, .. }) => page(*limit),
         Command::Cron(CronCmd::List { limit, .. }) => page(*limit),
         Command::Workflow(WorkflowCmd::List { limit, .. }) => page(*limit),
+        // A workflow's jobs were built by its home engine from a definition a node
+        // validated (with `parent_results`, which may nest deeper than a client's job):
+        // held to the job size limit, and to the letters one outbox read hands out.
+        Command::Workflow(WorkflowCmd::Deliver { letters, .. }) => {
+            use crate::engine::request::Letter;
+            let max = crate::engine::request::OUTBOX_TAKE_MAX;
+            if letters.len() > max {
+                return Err(refused(format!(
+                    "{} letters (at most {max})",
+                    letters.len()
+                )));
+            }
+            letters.iter().try_for_each(|l| match l {
+                Letter::Enqueue { len, .. } => crate::job::template::check_len(*len, limits),
+                _ => Ok(()),
+            })
+        }
         _ => Ok(()),
     }
 }

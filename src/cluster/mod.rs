@@ -12,6 +12,9 @@
 //!   which runs what peers send on the engine of the partition each request names, under
 //!   this node's connection ids, and treats whatever a dropped peer connection carried as
 //!   closed; `check.rs`: the bounds applied again to what a peer sends.
+//! - `relay.rs`: hands the letters each held partition's engine wrote for other
+//!   partitions (a workflow's jobs in their queues, and their ends coming back) to those
+//!   partitions' engines.
 //! - On one node (fjall, sled) the Router is the engine's handle itself.
 //!
 //! The engine knows nothing of this module.
@@ -23,6 +26,9 @@ pub mod link;
 mod merge;
 pub mod node;
 pub mod proto;
+pub mod relay;
+#[cfg(test)]
+mod relay_tests;
 pub mod route;
 pub mod router;
 pub mod serve;

@@ -37,6 +37,7 @@ pub fn serve(
     shared: Shared,
     wake: Arc<tokio::sync::Notify>,
     opening: Instant,
+    rt: tokio::runtime::Handle,
 ) -> Result<EngineThread, String> {
     let node = PgNode::open(&opts).map_err(|e| format!("cannot open the postgres store: {e}"))?;
     let parts = node.partitions();
@@ -97,6 +98,8 @@ pub fn serve(
             let run = Engines {
                 router,
                 cfg,
+                parts,
+                rt,
                 shared,
                 tx,
                 running: HashMap::new(),
@@ -112,6 +115,8 @@ pub fn serve(
 struct Engines {
     router: Router,
     cfg: Config,
+    parts: u32,
+    rt: tokio::runtime::Handle,
     shared: Shared,
     tx: mpsc::Sender<Event>,
     /// This node's engines by partition, each with a number (a partition taken again
@@ -162,11 +167,21 @@ impl Engines {
 
     fn start(&mut self, p: u32, store: PostgresStore) {
         let t0 = Instant::now();
-        match engine::start_with(Box::new(store), self.cfg.clone(), self.shared.clone()) {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let cfg = Config {
+            partition: engine::partition::Partition {
+                index: p,
+                count: self.parts,
+            },
+            outbox_wake: Some(wake.clone()),
+            ..self.cfg.clone()
+        };
+        match engine::start_with(Box::new(store), cfg, self.shared.clone()) {
             Ok((handle, thread)) => {
                 self.next += 1;
                 let n = self.next;
                 self.router.activate(p, handle.clone());
+                super::relay::spawn(&self.rt, p, handle.clone(), self.router.clone(), wake);
                 self.running.insert(p, (n, handle));
                 tracing::info!(
                     part = p,

@@ -7,17 +7,8 @@
 //! A request names its partition by a queue, or by a job id (the router finds the job's
 //! partition), or concerns every partition (INFO, listings): [`route`] says which.
 
+pub use crate::engine::partition::partition_of;
 use crate::engine::request::{Command, CronCmd, DeadCmd, QueueCmd, WorkflowCmd};
-use sha2::{Digest, Sha256};
-
-/// The partition of `queue` among `parts`.
-pub fn partition_of(queue: &str, parts: u32) -> u32 {
-    if parts <= 1 {
-        return 0;
-    }
-    let d = Sha256::digest(queue.as_bytes());
-    u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % parts
-}
 
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]
@@ -140,14 +131,17 @@ pub fn route(cmd: &Command, parts: u32) -> Route {
         // that its occurrences are enqueued by the engine that owns it.
         Command::Cron(CronCmd::Add(def)) => Route::Part(partition_of(def.template.queue(), parts)),
         Command::Cron(_) => Route::Find,
+        // A workflow lives in the partition of its first job's queue; its jobs in other
+        // partitions' queues are enqueued there through its outbox (workflow/outbox.rs).
         Command::Workflow(WorkflowCmd::Create { definition }) => {
             let mut queues = Vec::new();
             flow_queues(&definition.root, &mut queues);
-            one_or(
-                queues.iter(),
-                parts,
-                "a workflow whose jobs are in queues of several partitions",
-            )
+            Route::Part(queues.first().map_or(0, |q| partition_of(q, parts)))
+        }
+        Command::Workflow(WorkflowCmd::Deliver { part, .. }) => Route::Part(*part),
+        // An engine's own outbox is read by the node that runs it, never routed.
+        Command::Workflow(WorkflowCmd::Outbox { .. } | WorkflowCmd::Delivered(_)) => {
+            Route::Refused("an outbox is read by the node that holds its partition".into())
         }
         Command::Workflow(_) => Route::Find,
         // Never dispatched: the connection turns into a stream (`Router::subscription`,
@@ -210,6 +204,7 @@ mod tests {
         assert_eq!(partition_of("default", 1), 0);
         let p = partition_of("default", 64);
         assert_eq!(p, partition_of("default", 64));
+        use sha2::{Digest, Sha256};
         let d = Sha256::digest(b"default");
         assert_eq!(p, u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % 64);
         // Queues spread over the partitions.

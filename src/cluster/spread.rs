@@ -292,7 +292,9 @@ impl Cluster {
     }
 
     /// A request about a named thing that lives in one partition (a cron registration, a
-    /// workflow): the first answer that is not `NOT_FOUND`, or that.
+    /// workflow): the first answer that is neither `NOT_FOUND` nor an error of a partition
+    /// that could not answer; else the first such error (the thing may be in that
+    /// partition), or `NOT_FOUND`.
     pub(super) fn spawn_find(
         self: &Arc<Self>,
         conn: Option<ConnId>,
@@ -303,23 +305,28 @@ impl Cluster {
         let (tx, rx) = oneshot::channel();
         let me = self.clone();
         tokio::spawn(async move {
-            let mut last = Err(OjsError::new(
-                crate::error::ErrorCode::NotFound,
-                "not found",
-            ));
+            use crate::error::ErrorCode;
+            let mut out = Err(OjsError::new(ErrorCode::NotFound, "not found"));
+            let mut unanswered = None;
             for p in 0..me.parts() {
                 let a = me
                     .on(p, conn, wid.clone(), cmd.clone(), 0, viewed)
                     .await
                     .await
                     .unwrap_or_else(|_| Err(me.unreachable(Some(p), "no answer")));
-                let found = !matches!(&a, Err(e) if e.code == crate::error::ErrorCode::NotFound);
-                last = a;
-                if found {
-                    break;
+                match a {
+                    Err(e) if e.code == ErrorCode::NotFound => out = Err(e),
+                    Err(e) if e.code == ErrorCode::BackendUnavailable => {
+                        unanswered.get_or_insert(e);
+                    }
+                    a => {
+                        out = a;
+                        unanswered = None;
+                        break;
+                    }
                 }
             }
-            let _ = tx.send(last);
+            let _ = tx.send(unanswered.map_or(out, Err));
         });
         rx
     }

@@ -56,6 +56,8 @@ pub enum Answer {
     CronJob(CronJob),
     Workflow(WorkflowView),
     WorkflowPage(WorkflowPage),
+    /// Letters of an engine's outbox (`WorkflowCmd::Outbox`), oldest first.
+    Letters(Vec<crate::engine::request::Posted>),
     /// PUSH of each job on its own (Faktory's PUSHB).
     PushedEach(PushedEach),
     /// MUTATE and QUEUE REMOVE: how many jobs matched and how many changed.

@@ -256,6 +256,23 @@ fn one_of_each() -> Vec<Answer> {
             queue: "q".into(),
             seconds: 1.25,
         }]),
+        Answer::Letters(vec![
+            crate::engine::request::Posted {
+                seq: 7,
+                to: 3,
+                letter: crate::engine::request::Letter::Cancel {
+                    job: uuid::Uuid::now_v7(),
+                },
+            },
+            crate::engine::request::Posted {
+                seq: 8,
+                to: 0,
+                letter: crate::engine::request::Letter::Started {
+                    workflow: "w".into(),
+                    job: uuid::Uuid::now_v7(),
+                },
+            },
+        ]),
     ];
     for a in &all {
         // Exhaustive: a new variant must be added above.
@@ -285,7 +302,8 @@ fn one_of_each() -> Vec<Answer> {
             | Answer::PushedEach(_)
             | Answer::Mutated(_)
             | Answer::Flushed(_)
-            | Answer::Latencies(_) => {}
+            | Answer::Latencies(_)
+            | Answer::Letters(_) => {}
         }
     }
     all
@@ -294,7 +312,7 @@ fn one_of_each() -> Vec<Answer> {
 #[test]
 fn every_answer_variant_round_trips_through_json() {
     let all = one_of_each();
-    assert_eq!(all.len(), 26, "one value per variant");
+    assert_eq!(all.len(), 27, "one value per variant");
     for a in all {
         let wire = serde_json::to_string(&Ok::<_, OjsError>(a.clone())).unwrap();
         let back: Answered = serde_json::from_str(&wire).unwrap();

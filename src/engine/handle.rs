@@ -236,6 +236,11 @@ impl EngineHandle {
         self.store_kind
     }
 
+    /// Whether both handles lead to the same engine.
+    pub fn same_engine(&self, other: &EngineHandle) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+
     /// Ask the engine to finish its current batch, commit and stop.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Msg::Shutdown);

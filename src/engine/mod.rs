@@ -18,6 +18,7 @@ pub mod intake;
 mod jobs;
 mod lean;
 pub mod metrics;
+pub mod partition;
 mod rebuild;
 mod record;
 pub mod request;
@@ -101,6 +102,10 @@ pub struct Config {
     /// This node's id and client address, for CLUSTER on a store of one node.
     pub node_id: String,
     pub node_addr: Option<String>,
+    /// The partition this engine serves (cluster mode with `--partitions` > 1).
+    pub partition: partition::Partition,
+    /// Woken when a letter to another partition is written (its relay waits on it).
+    pub outbox_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// Default `--compact-after-deletes`.
@@ -133,6 +138,8 @@ impl Default for Config {
             compact_after_deletes: compact::DEFAULT_AFTER_DELETES,
             node_id: "local".to_string(),
             node_addr: None,
+            partition: partition::Partition::default(),
+            outbox_wake: None,
         }
     }
 }

@@ -345,4 +345,18 @@ pub enum WorkflowCmd {
         limit: usize,
         offset: usize,
     },
+    /// Between partitions of a cluster (`workflow/outbox.rs`), never from a client: the
+    /// oldest letters of this engine's outbox, at most `limit` (answers `Answer::Letters`).
+    Outbox {
+        limit: usize,
+    },
+    /// Between partitions: these letters of this engine's outbox were delivered.
+    Delivered(Vec<u64>),
+    /// Between partitions: letters for partition `part`, applied in order in one commit.
+    Deliver {
+        part: u32,
+        letters: Vec<Letter>,
+    },
 }
+
+pub use super::workflow::outbox::{Letter, Posted, TAKE_MAX as OUTBOX_TAKE_MAX};

@@ -97,6 +97,9 @@ impl Command {
                 WorkflowCmd::Get(_) => "WORKFLOW GET",
                 WorkflowCmd::Cancel(_) => "WORKFLOW CANCEL",
                 WorkflowCmd::List { .. } => "WORKFLOW LIST",
+                WorkflowCmd::Outbox { .. } => "WORKFLOW OUTBOX",
+                WorkflowCmd::Delivered(_) => "WORKFLOW DELIVERED",
+                WorkflowCmd::Deliver { .. } => "WORKFLOW DELIVER",
             },
             Command::Mutate(_) => "MUTATE",
             Command::Flush => "FLUSH",
@@ -157,6 +160,10 @@ pub fn required_role(cmd: &Command) -> Need {
             | CronCmd::Disable(_),
         ) => Need::Admin,
         Command::Workflow(WorkflowCmd::Cancel(_)) => Need::Admin,
+        // Between a cluster's partitions only; no client dialect parses them.
+        Command::Workflow(
+            WorkflowCmd::Outbox { .. } | WorkflowCmd::Delivered(_) | WorkflowCmd::Deliver { .. },
+        ) => Need::Admin,
         Command::Cancel { .. }
         | Command::Activate { .. }
         | Command::Worker { .. }

@@ -86,6 +86,7 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
         Answer::CronJob(v) => ser(v),
         Answer::Workflow(v) => ser(v),
         Answer::WorkflowPage(v) => ser(v),
+        Answer::Letters(v) => ser(v),
         Answer::PushedEach(v) => {
             let rejected: Vec<serde_json::Value> = v
                 .rejected

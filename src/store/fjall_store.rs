@@ -99,6 +99,7 @@ fn keyspace_name(space: Space) -> &'static str {
         Space::Event => "events",
         Space::Cron => "cron",
         Space::Workflow => "workflows",
+        Space::Outbox => "outbox",
     }
 }
 

@@ -201,15 +201,19 @@ pub enum Space {
     Cron,
     /// `w/<workflow id>\0...`: workflow headers and nodes.
     Workflow,
+    /// `o/...`: what an engine sends to other partitions and has not yet seen delivered
+    /// (cluster mode), and the workflow jobs it runs for other partitions.
+    Outbox,
 }
 
 impl Space {
-    pub const ALL: [Space; 5] = [
+    pub const ALL: [Space; 6] = [
         Space::Job,
         Space::Meta,
         Space::Event,
         Space::Cron,
         Space::Workflow,
+        Space::Outbox,
     ];
 
     /// The space's position in [`Space::ALL`].
@@ -232,6 +236,7 @@ impl Space {
             Space::Event => b"e/",
             Space::Cron => b"c/",
             Space::Workflow => b"w/",
+            Space::Outbox => b"o/",
         }
     }
 

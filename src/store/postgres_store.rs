@@ -123,7 +123,7 @@ type LastOp = (usize, Space, Option<Bytes>);
 #[derive(Default)]
 struct Overlay {
     /// In the order of [`Space::ALL`]: key -> (batch number, value or tombstone).
-    spaces: [BTreeMap<Vec<u8>, Entry>; 5],
+    spaces: [BTreeMap<Vec<u8>, Entry>; 6],
     /// Written and not yet taken by a sync.
     pending: Vec<Pending>,
     last_seq: u64,

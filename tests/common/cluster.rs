@@ -389,6 +389,21 @@ pub fn json_retrying(lb: &str, line: &str, limit: Duration) -> Value {
     }
 }
 
+/// Like `json_retrying`, also retrying while the answer is `BACKEND_UNAVAILABLE` (a
+/// partition between holders).
+pub fn json_when_served(addr: &str, line: &str, limit: Duration) -> Value {
+    let t0 = Instant::now();
+    loop {
+        match call_retrying(addr, line, limit) {
+            Reply::Bulk(b) => return serde_json::from_slice(&b).expect("bulk reply is JSON"),
+            Reply::Error { code, .. } if code == "BACKEND_UNAVAILABLE" && t0.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("{line}: expected a bulk reply, got {other:?}"),
+        }
+    }
+}
+
 /// What producers and workers saw answered +OK.
 #[derive(Default)]
 pub struct Ledger {

@@ -10,6 +10,7 @@
 //!
 //! Store layout: `w/<workflow id>\0h` the header, `w/<workflow id>\0n<u32 BE>` each node.
 
+pub mod outbox;
 mod records;
 mod state;
 mod view;
@@ -40,6 +41,8 @@ pub(in crate::engine) struct Workflows {
     by_job: HashMap<Uuid, (String, u32)>,
     /// Ended workflows by end time (ms), for retention.
     ended: BTreeSet<(i64, String)>,
+    /// Letters to other partitions, and the jobs run here for their workflows.
+    outbox: outbox::Outbox,
 }
 
 enum Rec {
@@ -121,8 +124,28 @@ impl Engine {
         txn: &mut Txn,
         cmd: WorkflowCmd,
     ) -> OjsResult<Out> {
-        self.prune_workflows(txn);
+        let cmd = match cmd {
+            WorkflowCmd::Outbox { limit } => {
+                let letters = self.outbox_take(limit.clamp(1, outbox::TAKE_MAX));
+                return Ok(Out::Answer(Ok(Answer::Letters(letters))));
+            }
+            WorkflowCmd::Delivered(seqs) => {
+                self.outbox_delivered(txn, &seqs);
+                return Ok(Out::Answer(Ok(Answer::Ok)));
+            }
+            WorkflowCmd::Deliver { letters, .. } => {
+                self.outbox_deliver(txn, letters);
+                return Ok(Out::Answer(Ok(Answer::Ok)));
+            }
+            cmd => {
+                self.prune_workflows(txn);
+                cmd
+            }
+        };
         let v = match cmd {
+            WorkflowCmd::Outbox { .. }
+            | WorkflowCmd::Delivered(_)
+            | WorkflowCmd::Deliver { .. } => return Ok(Out::Answer(Ok(Answer::Ok))),
             WorkflowCmd::Create { definition } => self.workflow_create(txn, *definition)?,
             WorkflowCmd::Get(id) => {
                 let wf = self.workflows.map.get(&id).ok_or_else(|| not_found(&id))?;
@@ -266,6 +289,12 @@ impl Engine {
         self.workflow_stored(txn, wf, false);
         // Each cancellation comes back through `settled`, which records it on its node.
         for (n, job) in jobs {
+            let elsewhere = self.workflows.map.get(id).and_then(|wf| wf.node_part(n));
+            if let (Some(to), Ok(uid)) = (elsewhere, Uuid::parse_str(&job)) {
+                // Its end comes back as a letter, which records it on its node.
+                self.post(txn, to, outbox::Letter::Cancel { job: uid });
+                continue;
+            }
             let cancelled = self
                 .job_info(&job)
                 .and_then(|uid| self.cancel(txn, uid, None));
@@ -306,7 +335,17 @@ impl Engine {
                             ErrorCode::InvalidPayload,
                             format!("job is nested deeper than {MAX_STORED_DEPTH} levels"),
                         )),
-                        Some((new, len, _)) => self.push_typed(txn, new, len),
+                        Some((new, len, _)) => match self.cfg.partition.elsewhere(&new.job.queue) {
+                            Some(to) => {
+                                let id = wf.header.id.clone();
+                                let r = self.enqueue_elsewhere(txn, &id, node, to, new, len);
+                                if r.is_ok() {
+                                    wf.set_part(node, to);
+                                }
+                                r
+                            }
+                            None => self.push_typed(txn, new, len),
+                        },
                         None => Err(OjsError::new(
                             ErrorCode::BackendError,
                             "the job's template is missing",
@@ -356,13 +395,17 @@ impl Engine {
         uid: Uuid,
         state: State,
     ) {
-        let Some((id, n)) = self.workflows.by_job.remove(&uid) else {
+        if !self.workflows.by_job.contains_key(&uid) {
+            self.remote_settled(txn, uid, state);
             return;
-        };
-        let Some(mut wf) = self.workflows.map.remove(&id) else {
-            return;
-        };
-        let settle = match txn.job(self.store.as_ref(), uid) {
+        }
+        let settle = self.settle_of_job(txn, uid, state);
+        self.workflow_node_settled(txn, uid, settle);
+    }
+
+    /// How job `uid` ended, for its workflow.
+    fn settle_of_job(&self, txn: &Txn, uid: Uuid, state: State) -> Settle {
+        match txn.job(self.store.as_ref(), uid) {
             Ok(Some(job)) => settle_of(&job, state),
             _ => Settle {
                 outcome: Outcome::Failed(json!({"code": "deleted", "attempt": 0,
@@ -370,6 +413,16 @@ impl Engine {
                 attempt: 0,
                 started_at: None,
             },
+        }
+    }
+
+    /// Node of job `uid` (here, or in another partition) ended as `settle`.
+    fn workflow_node_settled(&mut self, txn: &mut Txn, uid: Uuid, settle: Settle) {
+        let Some((id, n)) = self.workflows.by_job.remove(&uid) else {
+            return;
+        };
+        let Some(mut wf) = self.workflows.map.remove(&id) else {
+            return;
         };
         let was_terminal = wf.header.state.is_terminal();
         let effects = wf.leaf_settled(n, settle, self.now);
@@ -380,7 +433,7 @@ impl Engine {
     /// A workflow job was deleted before it finished (QUEUE PURGE): a failure for its
     /// workflow, which would otherwise wait for it forever.
     pub(in crate::engine) fn workflow_job_deleted(&mut self, txn: &mut Txn, uid: Uuid) {
-        if self.workflows.by_job.contains_key(&uid) {
+        if self.workflows.by_job.contains_key(&uid) || self.is_remote_job(&uid) {
             self.workflow_job_settled(txn, uid, State::Discarded);
         }
     }
@@ -388,6 +441,7 @@ impl Engine {
     /// A workflow job was fetched: the first fetch starts its workflow (§8.2).
     pub(in crate::engine) fn workflow_job_started(&mut self, txn: &mut Txn, uid: Uuid) {
         let Some((id, _)) = self.workflows.by_job.get(&uid) else {
+            self.remote_started(txn, uid);
             return;
         };
         let Some(wf) = self.workflows.map.get_mut(id) else {
@@ -492,26 +546,35 @@ impl Engine {
         if bad > 0 {
             tracing::warn!(records = bad, "unreadable workflow records were skipped");
         }
-        let stale: Vec<(Uuid, State)> = self
-            .workflows
+        let workflows = &self.workflows;
+        let stale: Vec<(Uuid, State)> = workflows
             .by_job
-            .keys()
+            .iter()
+            // A job in another partition is reported by that partition.
+            .filter(|(_, (id, n))| {
+                let wf = workflows.map.get(id);
+                wf.and_then(|wf| wf.node_part(*n)).is_none()
+            })
+            .map(|(uid, _)| uid)
             .filter_map(|uid| match self.index.jobs.get(uid) {
                 None => Some((*uid, State::Discarded)),
                 Some(e) if e.state.is_terminal() => Some((*uid, e.state)),
                 Some(_) => None,
             })
             .collect();
+        self.now = self.clock.now();
+        let mut txn = Txn::default();
+        self.rebuild_outbox(&mut txn)?;
         if !stale.is_empty() {
             tracing::warn!(
                 jobs = stale.len(),
                 "settling workflow jobs that finished unseen"
             );
-            self.now = self.clock.now();
-            let mut txn = Txn::default();
             for (uid, state) in stale {
                 self.workflow_job_settled(&mut txn, uid, state);
             }
+        }
+        if !txn.batch.is_empty() {
             let index = &self.index;
             let _ = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
             self.store.commit(std::mem::take(&mut txn.batch))?;

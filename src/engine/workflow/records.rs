@@ -125,6 +125,10 @@ pub struct Node {
     pub template: Option<Template>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
+    /// The partition its job was enqueued in, when not the workflow's own (cluster mode:
+    /// its end comes back as a letter, `outbox.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +170,7 @@ impl Node {
             state: NodeState::Waiting,
             template: None,
             job_id: None,
+            part: None,
             result: None,
             error: None,
             attempt: None,
@@ -205,8 +210,9 @@ pub struct Header {
     pub nodes: u32,
 }
 
-/// How a workflow job ended, as the settle hook saw it.
-#[derive(Debug, Clone, PartialEq)]
+/// How a workflow job ended, as the settle hook saw it (it travels between partitions in a
+/// [`Letter`](super::outbox::Letter)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
     Completed(Option<Value>),
     /// Discarded after its last attempt (or never enqueued): `{code, message, attempt}`.
@@ -214,7 +220,7 @@ pub enum Outcome {
     Cancelled,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settle {
     pub outcome: Outcome,
     pub attempt: u32,

@@ -555,6 +555,16 @@ impl Workflow {
         }
     }
 
+    /// The partition node `n`'s job was enqueued in, when not this workflow's.
+    pub fn node_part(&self, n: u32) -> Option<u32> {
+        self.nodes.get(n as usize)?.part
+    }
+
+    /// Node `n`'s job was enqueued in partition `part` (not this workflow's).
+    pub fn set_part(&mut self, n: u32, part: u32) {
+        self.node(n).part = Some(part);
+    }
+
     /// Jobs the workflow is waiting on, with their nodes.
     pub fn pending_jobs(&self) -> impl Iterator<Item = (u32, &str)> {
         self.nodes
