@@ -12,6 +12,10 @@
 //!   every push answered +OK completes, and no ACK is answered +OK twice;
 //! - a node that joins gets partitions handed over (released by the others, not by a
 //!   lease running out);
+//! - the zombie: a node holding two partitions frozen (SIGSTOP) under load past its
+//!   leases, the others take its partitions, then it wakes (SIGCONT) with pushes of its
+//!   own clients in flight: its engines' next commits are refused by the fence, and every
+//!   push answered +OK, through it or the others, completes once;
 //! - workflows whose steps are in queues of several partitions complete each step once
 //!   across a kill -9 of the node holding the most partitions (their letters between
 //!   partitions are in PostgreSQL, and the new holders relay them).
@@ -268,6 +272,60 @@ fn a_node_added_and_one_stopped_under_load() {
     });
     let (pushed, refused) = load.finish_and_check(to);
     eprintln!("{pushed} pushes answered +OK, {refused} refused or cut");
+}
+
+#[test]
+fn a_frozen_node_is_fenced_and_nothing_it_answered_is_lost() {
+    if url().is_none() {
+        return;
+    }
+    let _one = serial();
+    let c = cluster(3);
+    let nodes = start(&c, 3);
+    let h = held(&c.nodes[0].0).unwrap();
+    let frozen = NAMES[..3]
+        .iter()
+        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
+        .unwrap();
+    let others: Vec<usize> = (0..3).filter(|i| *i != frozen).collect();
+    let (to_p, to_w) = (&c.nodes[others[0]].0, &c.nodes[others[1]].0);
+    let mut load = Load::over(to_p, to_w, 3, 3, queues());
+    // Clients of the node that will freeze: their pushes to its own partitions are in its
+    // engines' batches, or in its socket buffers, when it stops.
+    let own = &c.nodes[frozen].0;
+    let load_own = Load::over(own, own, 2, 1, queues());
+    wait_until("jobs to flow", LIMIT, || {
+        load.acked() > 50 && load_own.acked() > 10
+    });
+    nodes[frozen].signal("-STOP");
+    wait_until("the others to take every partition", LIMIT, || {
+        balanced(to_p, 2)
+    });
+    let before = load.acked();
+    wait_until("jobs to flow without it", LIMIT, || {
+        load.acked() > before + 50
+    });
+    nodes[frozen].signal("-CONT");
+    wait_until("the woken node's engines to be fenced", LIMIT, || {
+        nodes[frozen].logged("the partition's engine ended; another node serves it")
+    });
+    wait_until("the woken node to get its share again", LIMIT, || {
+        balanced(to_p, 3)
+    });
+    let before = load_own.acked();
+    wait_until("its clients to be served again", LIMIT, || {
+        load_own.acked() > before + 10
+    });
+    // Both loads' producers stop before either's pushes are checked: the workers take
+    // the queues in order, so while anyone pushes, the last queues' jobs may wait.
+    load.stop_pushing();
+    let (own_pushed, own_refused) = load_own.finish_and_check(to_p);
+    let (pushed, refused) = load.finish_and_check(to_p);
+    eprintln!(
+        "zombie: {pushed} pushes answered +OK through the others ({refused} refused or cut), \
+         {own_pushed} through the frozen node ({own_refused} refused or cut); every one \
+         completed, none twice"
+    );
 }
 
 /// An SSE stream on one node over every partition (no queue filter): each job enqueued

@@ -136,6 +136,10 @@ type Opened = tokio::sync::mpsc::Sender<Result<(usize, Option<u64>), OjsError>>;
 /// died, or it is moving between nodes) waits before it tries again.
 const RETRY_PART: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How much earlier than the stream's opening a live partition reader that had to be
+/// retried starts (`Start::Since`): the nodes' clocks may differ by this much.
+const LIVE_RETRY_MARGIN: chrono::Duration = chrono::Duration::milliseconds(500);
+
 /// Partition `q`'s reader in a merged stream: its events, in its log's order, to `tx`,
 /// until the stream's reader is gone. While the partition cannot be reached it tries
 /// again, from after the last cursor it handed on, so the stream outlives a partition
@@ -150,6 +154,15 @@ async fn follow(
     otx: Opened,
 ) {
     let mut told_open = false;
+    // A live start that has to be retried before the reader learned where the log's head
+    // was (the partition could not be reached when the stream opened, or moved before its
+    // first event) resumes from the time the stream opened instead: live again would
+    // skip the events committed meanwhile. A little earlier, for the holders' clocks.
+    let opened_at = chrono::Utc::now() - LIVE_RETRY_MARGIN;
+    let retry_from = |start: Start| match start {
+        Start::Live => Start::Since(opened_at),
+        s => s,
+    };
     loop {
         let source = Arc::new(PartSource {
             c: c.clone(),
@@ -178,6 +191,7 @@ async fn follow(
                     told_open = true;
                     let _ = otx.send(Ok((q, None))).await;
                 }
+                start = retry_from(start);
                 tokio::select! {
                     _ = tokio::time::sleep(RETRY_PART) => continue,
                     _ = tx.closed() => return,
@@ -211,6 +225,7 @@ async fn follow(
                             };
                         }
                     }
+                    start = retry_from(start);
                     tokio::select! {
                         _ = tokio::time::sleep(RETRY_PART) => break,
                         _ = tx.closed() => return,

@@ -347,6 +347,22 @@ impl Drop for NodeCore {
 }
 
 /// A node of a PostgreSQL cluster: one per process, cheap to clone (see the module docs).
+/// The server settings of each of the node's sessions (after any `options` in the URL).
+/// A session that stops in the middle of a transaction (its node frozen: SIGSTOP, a paused
+/// VM) is ended by the server once it has been idle for a lease TTL, so the row locks it
+/// holds (a commit's fence, a renewal's) cannot keep the other nodes from taking its
+/// partitions; its transaction rolls back, and the node finds its leases gone when it
+/// wakes. A statement waits for a lock at most that long too, so no tick waits on such a
+/// session forever.
+fn session_options(user: Option<&str>, ttl: Duration) -> String {
+    let ms = ttl.as_millis().clamp(1, i32::MAX as u128);
+    let ours = format!("-c idle_in_transaction_session_timeout={ms} -c lock_timeout={ms}");
+    match user {
+        Some(u) if !u.trim().is_empty() => format!("{u} {ours}"),
+        _ => ours,
+    }
+}
+
 #[derive(Clone)]
 pub struct PgNode {
     core: Arc<NodeCore>,
@@ -358,10 +374,12 @@ impl PgNode {
     pub fn open(opts: &PostgresOptions) -> StoreResult<PgNode> {
         let want = check_partitions(opts.partitions)?;
         let s = quote_schema(&opts.schema)?;
-        let pg: tokio_postgres::Config = opts
+        let mut pg: tokio_postgres::Config = opts
             .url
             .parse()
             .map_err(|e| StoreError::Other(format!("--postgres-url: {e}")))?;
+        let session = session_options(pg.get_options(), opts.lease_ttl);
+        pg.options(&session);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("ojsd-pg")

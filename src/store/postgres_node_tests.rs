@@ -506,3 +506,47 @@ fn a_fenced_partition_fails_alone_in_its_round() {
     stores[0].commit(put(b"after-0000000000")).unwrap();
     drop(b1);
 }
+
+/// A node's session that stops inside a transaction (the node frozen between two
+/// statements of a commit) is ended by the server after a lease TTL, so the row locks it
+/// held cannot keep other nodes from taking the node's partitions.
+#[test]
+fn a_session_silent_inside_a_transaction_is_ended_after_a_lease_ttl() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = PgNode::open(&options(dir.path(), "node-a", 4).unwrap()).unwrap();
+    let ctx = a.core.ctx.clone();
+    a.core.block_on(async move {
+        let mut client = ctx.pool.get().await.unwrap();
+        let tx = client.transaction().await.unwrap();
+        let row = tx
+            .query_one("SELECT current_setting('lock_timeout')", &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            row.get::<_, String>(0),
+            "1s",
+            "lock_timeout is the lease TTL"
+        );
+        tokio::time::sleep(TTL * 2).await;
+        assert!(
+            tx.query_one("SELECT 1", &[]).await.is_err(),
+            "the server ended the silent transaction's session"
+        );
+    });
+}
+
+#[test]
+fn session_settings_follow_the_urls_own() {
+    let ttl = Duration::from_millis(2500);
+    assert_eq!(
+        session_options(None, ttl),
+        "-c idle_in_transaction_session_timeout=2500 -c lock_timeout=2500"
+    );
+    assert_eq!(
+        session_options(Some("-c search_path=x"), ttl),
+        "-c search_path=x -c idle_in_transaction_session_timeout=2500 -c lock_timeout=2500"
+    );
+}

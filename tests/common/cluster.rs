@@ -563,6 +563,14 @@ impl Load {
         self.ledger.pushed.lock().unwrap().len()
     }
 
+    /// Stop the producers (the workers go on until `finish_and_check`).
+    pub fn stop_pushing(&mut self) {
+        self.stop_producers.store(true, Ordering::SeqCst);
+        for t in self.producers.drain(..) {
+            t.join().unwrap();
+        }
+    }
+
     pub fn acked(&self) -> usize {
         self.ledger.acked.lock().unwrap().len()
     }
@@ -581,30 +589,49 @@ impl Load {
         // ACK whose reply a worker lost to a timeout or a cut during the takeover still
         // completed its job, and no worker will take it again).
         let mut probe: Option<Client> = None;
-        wait_until(
-            "every acknowledged push to be completed",
-            Duration::from_secs(60),
-            || {
-                let acked: HashSet<String> = ledger.acked.lock().unwrap().iter().cloned().collect();
-                let missing: Vec<&String> = pushed.difference(&acked).collect();
-                if missing.is_empty() {
-                    return true;
-                }
-                if probe.is_none() {
-                    probe = connect(lb, None);
-                }
-                let Some(cl) = probe.as_mut() else {
-                    return false;
-                };
-                let done = missing
+        let t0 = Instant::now();
+        loop {
+            let acked: HashSet<String> = ledger.acked.lock().unwrap().iter().cloned().collect();
+            let missing: Vec<&String> = pushed.difference(&acked).collect();
+            if missing.is_empty() {
+                break;
+            }
+            if probe.is_none() {
+                probe = connect(lb, None);
+            }
+            if let Some(cl) = probe.as_mut() {
+                let states: Vec<(String, String)> = missing
                     .iter()
-                    .all(|id| cl.job(id).is_ok_and(|j: Value| j["state"] == "completed"));
-                if !done {
+                    .map(|id| match cl.job(id) {
+                        Ok(j) => (
+                            id.to_string(),
+                            j["state"].as_str().unwrap_or("?").to_string(),
+                        ),
+                        Err(e) => (id.to_string(), format!("error: {e}")),
+                    })
+                    .collect();
+                if states.iter().all(|(_, st)| st == "completed") {
+                    break;
+                }
+                if states.iter().any(|(_, st)| st.starts_with("error: ")) {
                     probe = None;
                 }
-                done
-            },
-        );
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "acknowledged pushes not completed after 60 s: {:?}",
+                    states
+                        .iter()
+                        .filter(|(_, st)| st != "completed")
+                        .take(10)
+                        .collect::<Vec<_>>()
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "no node to ask at {lb}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         self.stop_workers.store(true, Ordering::SeqCst);
         for t in self.workers.drain(..) {
             t.join().unwrap();
