@@ -4,11 +4,11 @@
 //! Each store's [`Shared::sync`](super::postgres_store) folds its pending batches into
 //! their net effect as before and hands it, with its lease (partition and epoch), to the
 //! node's [`CommitQueue`] (in `NodeCtx`, shared by all the node's stores). Leader and
-//! followers: the request is queued; when no commit is in flight, its caller becomes the
-//! committer, takes every request queued and commits them together; otherwise it waits
-//! for the commit in flight to finish, and then either its request was taken by it (no:
-//! a committer takes only what was queued when it started) or it is among the next
-//! round's, whose committer is the first waiter to wake. Nothing waits to collect more: an
+//! followers: the request is queued; when fewer than `MAX_IN_FLIGHT` commits are in
+//! flight, its caller becomes a committer, takes every request queued and commits them
+//! together; otherwise it waits for a commit in flight to finish, and then either its
+//! request was taken by another committer (which sets its outcome) or it is among the
+//! next round's, whose committer is the first waiter to wake. Nothing waits to collect more: an
 //! idle node's lone sync commits at once, as before; under load the requests that queue
 //! up behind one commit share the next.
 //!
@@ -45,13 +45,21 @@ struct Slot {
     req: Request,
     /// Set by the committer that took the request.
     outcome: Mutex<Option<StoreResult<()>>>,
+    /// A committer took it (under the state's lock).
+    taken: std::sync::atomic::AtomicBool,
 }
+
+/// Rounds in flight at once: while one waits for PostgreSQL's commit, the syncs queued
+/// behind it go as a second transaction instead of waiting for the first (two
+/// transactions of one node never touch the same rows: a store has at most one request
+/// queued, and every partition's rows are its own).
+const MAX_IN_FLIGHT: usize = 2;
 
 #[derive(Default)]
 struct State {
     queue: Vec<Arc<Slot>>,
-    /// A commit is in flight.
-    busy: bool,
+    /// Rounds in flight.
+    in_flight: usize,
     /// Test hook: a committer waits until this many requests are queued.
     gather: usize,
 }
@@ -104,6 +112,7 @@ impl CommitQueue {
         let slot = Arc::new(Slot {
             req,
             outcome: Mutex::new(None),
+            taken: Default::default(),
         });
         let mut st = self.state.lock().unwrap();
         st.queue.push(slot.clone());
@@ -114,25 +123,28 @@ impl CommitQueue {
             if let Some(r) = slot.outcome.lock().unwrap().take() {
                 return r;
             }
-            if !st.busy {
+            if !slot.taken.load(Ordering::Relaxed) && st.in_flight < MAX_IN_FLIGHT {
                 break;
             }
             st = self.done.wait(st).unwrap();
         }
         // The committer of this round.
-        st.busy = true;
+        st.in_flight += 1;
         while st.queue.len() < st.gather {
             st = self.done.wait(st).unwrap();
         }
         st.gather = 0;
         let round = std::mem::take(&mut st.queue);
+        for s in &round {
+            s.taken.store(true, Ordering::Relaxed);
+        }
         drop(st);
         let outcomes = self.commit(core, &round);
         for (s, r) in round.iter().zip(outcomes) {
             *s.outcome.lock().unwrap() = Some(r);
         }
         let mut st = self.state.lock().unwrap();
-        st.busy = false;
+        st.in_flight -= 1;
         self.done.notify_all();
         drop(st);
         let r = slot.outcome.lock().unwrap().take();
