@@ -230,3 +230,48 @@ async fn cancelling_a_workflow_cancels_its_job_in_another_partition() {
     assert_eq!(fetch(r, 1, &[&qa, &qb], 300).await, None);
     wait_state(r, &wf, "cancelled").await;
 }
+
+/// FLUSH empties the outboxes with everything else: no letter of a deleted workflow is
+/// delivered afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_empties_the_outboxes() {
+    let mut n = node_with(false);
+    let r = n.router.clone();
+    let r = &r;
+    let (qa, qb) = two_queues();
+    let pa = partition_of(&qa, PARTS);
+    create(
+        r,
+        json!({"type": "group", "name": "g", "jobs": [
+            {"type": "a", "args": [], "options": {"queue": qa}},
+            {"type": "b", "args": [], "options": {"queue": qb}}]}),
+    )
+    .await;
+    let home = n.engines[pa as usize].0.clone();
+    assert_eq!(take(&home).await.len(), 1);
+    r.call(None, Command::Flush).await.unwrap();
+    assert!(take(&home).await.is_empty());
+    // Nor do they come back from the store when the partition's engine starts again.
+    let (h, t) = n.engines.remove(pa as usize);
+    h.shutdown();
+    t.join().unwrap().unwrap();
+    let st = crate::store::open(
+        crate::store::StoreKind::Fjall,
+        n.dirs[pa as usize].path(),
+        1 << 20,
+    )
+    .unwrap();
+    let cfg = crate::engine::Config {
+        partition: crate::engine::partition::Partition {
+            index: pa,
+            count: PARTS,
+        },
+        ..Default::default()
+    };
+    let shared = crate::engine::Shared::new(Default::default());
+    let (h, t) = crate::engine::start_with(st, cfg, shared).unwrap();
+    let left = take(&h).await;
+    h.shutdown();
+    t.join().unwrap().unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -21,7 +21,7 @@ pub(super) struct Node {
         EngineHandle,
         std::thread::JoinHandle<Result<(), crate::store::StoreError>>,
     )>,
-    _dirs: Vec<tempfile::TempDir>,
+    pub(super) dirs: Vec<tempfile::TempDir>,
 }
 
 impl Drop for Node {
@@ -93,7 +93,7 @@ pub(super) fn node_with(relay: bool) -> Node {
     Node {
         router,
         engines,
-        _dirs: dirs,
+        dirs,
     }
 }
 

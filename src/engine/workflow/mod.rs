@@ -486,6 +486,7 @@ impl Engine {
     /// FLUSH: every workflow is deleted (its jobs are deleted by the caller).
     pub(in crate::engine) fn flush_workflows(&mut self, txn: &mut Txn) -> usize {
         let all = std::mem::take(&mut self.workflows);
+        all.outbox.flush(&mut txn.batch);
         for (id, wf) in &all.map {
             txn.batch.delete(Space::Workflow, &key(id, Rec::Header));
             for n in 0..wf.nodes.len() as u32 {

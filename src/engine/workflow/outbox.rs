@@ -91,6 +91,18 @@ pub(in crate::engine) struct Outbox {
     remote: HashMap<Uuid, Remote>,
 }
 
+impl Outbox {
+    /// FLUSH (of every partition): its letters and records go too.
+    pub(super) fn flush(&self, batch: &mut crate::store::Batch) {
+        for seq in self.letters.keys() {
+            batch.delete(Space::Outbox, &letter_key(*seq));
+        }
+        for uid in self.remote.keys() {
+            batch.delete(Space::Outbox, &remote_key(*uid));
+        }
+    }
+}
+
 fn letter_key(seq: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(b'l');
