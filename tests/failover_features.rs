@@ -22,13 +22,13 @@ mod common;
 
 use chrono::{DateTime, Utc};
 use common::cluster::{
-    connect, first_success, json_retrying, roles, setup, wait_until, Cluster, Load, HOLDS,
-    LEASE_TTL_MS,
+    acking_worker, assert_each_step_once, connect, first_success, json_retrying, roles, setup,
+    stop_acking, wait_until, Cluster, Load, HOLDS, LEASE_TTL_MS,
 };
 use common::{id_of, ts};
 use ojs_client::{Client, Reply};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
@@ -209,31 +209,16 @@ fn workflows_complete_each_step_once_across_a_kill9() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..2)
         .map(|w| {
-            let (lb, acked, stop) = (lb.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut c: Option<Client> = None;
-                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    let Some(cl) = c.as_mut() else {
-                        c = connect(&lb, Some(format!("wfw-{w}")));
-                        std::thread::sleep(Duration::from_millis(20));
-                        continue;
-                    };
-                    let job = match cl.fetch(&["wf"]) {
-                        Ok(Some(job)) => job,
-                        Ok(None) => continue,
-                        Err(_) => {
-                            c = None;
-                            continue;
-                        }
-                    };
-                    std::thread::sleep(Duration::from_millis(30)); // the work
-                    let id = id_of(&job);
-                    match cl.ack(&id, Some(&json!({"by": w}))) {
-                        Ok(()) => acked.lock().unwrap().push(id),
-                        Err(_) => c = None,
-                    }
-                }
-            })
+            let (acked, stop) = (acked.clone(), stop.clone());
+            let (wid, queues) = (format!("wfw-{w}"), vec!["wf".to_string()]);
+            acking_worker(
+                lb.clone(),
+                wid,
+                queues,
+                Duration::from_millis(30),
+                acked,
+                stop,
+            )
         })
         .collect();
     let total = n * JOBS_PER_WORKFLOW;
@@ -248,52 +233,14 @@ fn workflows_complete_each_step_once_across_a_kill9() {
             json_retrying(&lb, &format!("WORKFLOW GET wf-{i}"), LIMIT)["state"] == "completed"
         })
     });
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    for w in workers {
-        w.join().unwrap();
-    }
+    let acked = stop_acking(&stop, workers, &acked);
     assert!(at_kill < total, "the kill came mid-way");
-
-    let acked = acked.lock().unwrap().clone();
-    let mut seen = HashSet::new();
-    let twice: Vec<_> = acked.iter().filter(|id| !seen.insert(*id)).collect();
-    assert!(twice.is_empty(), "ACK answered +OK twice for {twice:?}");
     // Exactly one job per step (callbacks included), each completed.
     let jobs = jobs_of(&lb, "wf");
-    let mut by_step: HashMap<(String, String), Vec<String>> = HashMap::new();
-    for j in &jobs {
-        assert_eq!(j["state"], "completed", "{j}");
-        let key = (
-            j["workflow_id"].as_str().expect("workflow_id").to_string(),
-            j["workflow_step"]
-                .as_str()
-                .expect("workflow_step")
-                .to_string(),
-        );
-        by_step.entry(key).or_default().push(id_of(j));
-    }
-    let twice: Vec<_> = by_step.iter().filter(|(_, ids)| ids.len() > 1).collect();
-    assert!(twice.is_empty(), "steps enqueued more than once: {twice:?}");
-    assert_eq!(jobs.len(), total, "one job per step of each workflow");
-    for i in 0..n {
-        let wf = json_retrying(&lb, &format!("WORKFLOW GET wf-{i}"), LIMIT);
-        let m = &wf["metadata"];
-        assert_eq!(
-            (&m["completed_count"], &m["failed_count"]),
-            (&m["job_count"], &json!(0)),
-            "{wf}"
-        );
-        let cb = &wf["steps"][2]["callbacks"];
-        for name in ["on_complete", "on_success"] {
-            let key = (format!("wf-{i}"), format!("2.{name}"));
-            assert_eq!(cb[name]["state"], "completed", "{wf}");
-            assert_eq!(
-                by_step.get(&key).map(|ids| ids[0].as_str()),
-                cb[name]["job_id"].as_str(),
-                "the callback's one job"
-            );
-        }
-    }
+    let docs: Vec<Value> = (0..n)
+        .map(|i| json_retrying(&lb, &format!("WORKFLOW GET wf-{i}"), LIMIT))
+        .collect();
+    assert_each_step_once(&jobs, &docs, total);
     // Each workflow event once: one callback_fired per callback, one completed per workflow.
     let evs = events(&lb, &["workflow.*"]);
     let mut counts: HashMap<String, usize> = HashMap::new();

@@ -24,11 +24,14 @@
 
 mod common;
 
-use common::cluster::{connect, json_when_served, wait_until, Cluster, Load, Proc, NAMES};
+use common::cluster::{
+    acking_worker, assert_each_step_once, connect, json_when_served, stop_acking, wait_until,
+    Cluster, Load, Proc, NAMES,
+};
 use common::{id_of, test_job};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -90,6 +93,15 @@ fn start(c: &Cluster, n: usize) -> Vec<Proc> {
     nodes
 }
 
+/// The node of three holding the most partitions.
+fn busiest(c: &Cluster) -> usize {
+    let h = held(&c.nodes[0].0).unwrap();
+    NAMES[..3]
+        .iter()
+        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
+        .unwrap()
+}
+
 fn queues() -> Vec<String> {
     (0..8).map(|i| format!("pq{i}")).collect()
 }
@@ -141,11 +153,7 @@ fn kill9_of_the_busiest_node_under_load() {
     let _one = serial();
     let c = cluster(3);
     let mut nodes = start(&c, 3);
-    let h = held(&c.nodes[0].0).unwrap();
-    let busiest = NAMES[..3]
-        .iter()
-        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
-        .unwrap();
+    let busiest = busiest(&c);
     let others: Vec<usize> = (0..3).filter(|i| *i != busiest).collect();
     let (to_p, to_w) = (&c.nodes[others[0]].0, &c.nodes[others[1]].0);
     let load = Load::over(to_p, to_w, 4, 4, queues());
@@ -209,11 +217,7 @@ fn survivors_stay_healthy_while_a_dead_nodes_partitions_wait() {
     let mut c = cluster(3);
     c.ttl_ms = 8000;
     let mut nodes = start(&c, 3);
-    let h = held(&c.nodes[0].0).unwrap();
-    let busiest = NAMES[..3]
-        .iter()
-        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
-        .unwrap();
+    let busiest = busiest(&c);
     nodes[busiest].kill9();
     let killed = Instant::now();
     for i in (0..3).filter(|i| *i != busiest) {
@@ -282,11 +286,7 @@ fn a_frozen_node_is_fenced_and_nothing_it_answered_is_lost() {
     let _one = serial();
     let c = cluster(3);
     let nodes = start(&c, 3);
-    let h = held(&c.nodes[0].0).unwrap();
-    let frozen = NAMES[..3]
-        .iter()
-        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
-        .unwrap();
+    let frozen = busiest(&c);
     let others: Vec<usize> = (0..3).filter(|i| *i != frozen).collect();
     let (to_p, to_w) = (&c.nodes[others[0]].0, &c.nodes[others[1]].0);
     let mut load = Load::over(to_p, to_w, 3, 3, queues());
@@ -467,11 +467,7 @@ fn a_workflow_spanning_partitions_completes_each_step_once_across_a_kill9() {
     );
     let c = cluster(3);
     let mut nodes = start(&c, 3);
-    let h = held(&c.nodes[0].0).unwrap();
-    let busiest = NAMES[..3]
-        .iter()
-        .position(|n| h.get(*n).map_or(0, Vec::len) == PARTS.div_ceil(3))
-        .unwrap();
+    let busiest = busiest(&c);
     let others: Vec<String> = (0..3)
         .filter(|i| *i != busiest)
         .map(|i| c.nodes[i].0.clone())
@@ -490,33 +486,9 @@ fn a_workflow_spanning_partitions_completes_each_step_once_across_a_kill9() {
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..2)
         .map(|w| {
-            let (addr, acked, stop, qs) =
-                (others[w].clone(), acked.clone(), stop.clone(), qs.clone());
-            std::thread::spawn(move || {
-                let all: Vec<&str> = qs.iter().map(String::as_str).collect();
-                let mut c = None;
-                while !stop.load(Ordering::SeqCst) {
-                    let Some(cl) = c.as_mut() else {
-                        c = connect(&addr, Some(format!("pwfw-{w}")));
-                        std::thread::sleep(Duration::from_millis(20));
-                        continue;
-                    };
-                    let job = match cl.fetch(&all) {
-                        Ok(Some(job)) => job,
-                        Ok(None) => continue,
-                        Err(_) => {
-                            c = None;
-                            continue;
-                        }
-                    };
-                    std::thread::sleep(Duration::from_millis(20)); // the work
-                    let id = id_of(&job);
-                    match cl.ack(&id, Some(&json!({"by": w}))) {
-                        Ok(()) => acked.lock().unwrap().push(id),
-                        Err(_) => c = None,
-                    }
-                }
-            })
+            let (acked, stop, wid) = (acked.clone(), stop.clone(), format!("pwfw-{w}"));
+            let work = Duration::from_millis(20);
+            acking_worker(others[w].clone(), wid, qs.clone(), work, acked, stop)
         })
         .collect();
     let total = n * STEPS;
@@ -531,18 +503,10 @@ fn a_workflow_spanning_partitions_completes_each_step_once_across_a_kill9() {
         (0..n).all(|i| get(i)["state"] == "completed")
     });
     let took = killed.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    for w in workers {
-        w.join().unwrap();
-    }
+    let acked = stop_acking(&stop, workers, &acked);
     assert!(at_kill < total, "the kill came mid-way");
-    let acked = acked.lock().unwrap().clone();
-    let mut seen = HashSet::new();
-    let twice: Vec<_> = acked.iter().filter(|id| !seen.insert(*id)).collect();
-    assert!(twice.is_empty(), "ACK answered +OK twice for {twice:?}");
     // Exactly one job per step (callbacks included), each completed, in its own queue.
-    let mut by_step: HashMap<(String, String), Vec<String>> = HashMap::new();
-    let mut jobs = 0;
+    let mut jobs = Vec::new();
     for q in &qs {
         let page = json_when_served(
             &entry,
@@ -550,41 +514,12 @@ fn a_workflow_spanning_partitions_completes_each_step_once_across_a_kill9() {
             LIMIT,
         );
         for j in page["jobs"].as_array().expect("jobs") {
-            assert_eq!(j["state"], "completed", "{j}");
             assert_eq!(&j["queue"], q);
-            let key = (
-                j["workflow_id"].as_str().expect("workflow_id").to_string(),
-                j["workflow_step"]
-                    .as_str()
-                    .expect("workflow_step")
-                    .to_string(),
-            );
-            by_step.entry(key).or_default().push(id_of(j));
-            jobs += 1;
+            jobs.push(j.clone());
         }
     }
-    let twice: Vec<_> = by_step.iter().filter(|(_, ids)| ids.len() > 1).collect();
-    assert!(twice.is_empty(), "steps enqueued more than once: {twice:?}");
-    assert_eq!(jobs, total, "one job per step of each workflow");
-    for i in 0..n {
-        let wf = get(i);
-        let m = &wf["metadata"];
-        assert_eq!(
-            (&m["completed_count"], &m["failed_count"]),
-            (&m["job_count"], &json!(0)),
-            "{wf}"
-        );
-        let cb = &wf["steps"][2]["callbacks"];
-        for name in ["on_complete", "on_success"] {
-            let key = (format!("pwf-{i}"), format!("2.{name}"));
-            assert_eq!(cb[name]["state"], "completed", "{wf}");
-            assert_eq!(
-                by_step.get(&key).map(|ids| ids[0].as_str()),
-                cb[name]["job_id"].as_str(),
-                "the callback's one job"
-            );
-        }
-    }
+    let docs: Vec<Value> = (0..n).map(get).collect();
+    assert_each_step_once(&jobs, &docs, total);
     eprintln!(
         "workflows across partitions: {n} workflows of {STEPS} jobs in {} partitions, \
          {at_kill} ACKs before the kill -9, {} after; all completed {} ms after the kill; \

@@ -404,6 +404,103 @@ pub fn json_when_served(addr: &str, line: &str, limit: Duration) -> Value {
     }
 }
 
+/// A worker thread on `addr` (as `wid`) fetching from `queues` until `stop`: each job takes
+/// `work`, is ACKed with `{"by": wid}`, and its id goes into `acked` once the ACK is
+/// answered +OK; any error reconnects.
+pub fn acking_worker(
+    addr: String,
+    wid: String,
+    queues: Vec<String>,
+    work: Duration,
+    acked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let qs: Vec<&str> = queues.iter().map(String::as_str).collect();
+        let mut c: Option<Client> = None;
+        while !stop.load(Ordering::SeqCst) {
+            let Some(cl) = c.as_mut() else {
+                c = connect(&addr, Some(wid.clone()));
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let job = match cl.fetch(&qs) {
+                Ok(Some(job)) => job,
+                Ok(None) => continue,
+                Err(_) => {
+                    c = None;
+                    continue;
+                }
+            };
+            std::thread::sleep(work);
+            let id = id_of(&job);
+            match cl.ack(&id, Some(&json!({"by": wid}))) {
+                Ok(()) => acked.lock().unwrap().push(id),
+                Err(_) => c = None,
+            }
+        }
+    })
+}
+
+/// Stop `acking_worker`s, wait for them, and check that no ACK was answered +OK twice;
+/// the ids ACKed.
+pub fn stop_acking(
+    stop: &AtomicBool,
+    workers: Vec<JoinHandle<()>>,
+    acked: &Mutex<Vec<String>>,
+) -> Vec<String> {
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let mut seen = HashSet::new();
+    let twice: Vec<_> = acked.iter().filter(|id| !seen.insert(*id)).collect();
+    assert!(twice.is_empty(), "ACK answered +OK twice for {twice:?}");
+    acked
+}
+
+/// Each workflow in `workflows` (their WORKFLOW GET documents: a chain whose third step is
+/// a batch with `on_complete` and `on_success` callbacks) ran each step once: `jobs` has
+/// exactly `total` jobs, all completed, one per (workflow, step), every workflow counts all
+/// its jobs completed and none failed, and each callback's job is the one job of its step.
+pub fn assert_each_step_once(jobs: &[Value], workflows: &[Value], total: usize) {
+    let mut by_step: HashMap<(String, String), Vec<String>> = HashMap::new();
+    for j in jobs {
+        assert_eq!(j["state"], "completed", "{j}");
+        let key = (
+            j["workflow_id"].as_str().expect("workflow_id").to_string(),
+            j["workflow_step"]
+                .as_str()
+                .expect("workflow_step")
+                .to_string(),
+        );
+        by_step.entry(key).or_default().push(id_of(j));
+    }
+    let twice: Vec<_> = by_step.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(twice.is_empty(), "steps enqueued more than once: {twice:?}");
+    assert_eq!(jobs.len(), total, "one job per step of each workflow");
+    for wf in workflows {
+        let m = &wf["metadata"];
+        assert_eq!(
+            (&m["completed_count"], &m["failed_count"]),
+            (&m["job_count"], &json!(0)),
+            "{wf}"
+        );
+        let id = wf["id"].as_str().expect("workflow id");
+        let cb = &wf["steps"][2]["callbacks"];
+        for name in ["on_complete", "on_success"] {
+            let key = (id.to_string(), format!("2.{name}"));
+            assert_eq!(cb[name]["state"], "completed", "{wf}");
+            assert_eq!(
+                by_step.get(&key).map(|ids| ids[0].as_str()),
+                cb[name]["job_id"].as_str(),
+                "the callback's one job"
+            );
+        }
+    }
+}
+
 /// What producers and workers saw answered +OK.
 #[derive(Default)]
 pub struct Ledger {
