@@ -87,6 +87,11 @@ pub(super) fn check_partitions(p: u32) -> StoreResult<u32> {
 pub(super) async fn migrate(pool: &Pool, s: &str, schema: &str, want: u32) -> StoreResult<u32> {
     let mut client = pool.get().await.map_err(pool_err)?;
     let tx = client.transaction().await.map_err(err)?;
+    // Nodes starting together wait for each other's migration here, however long it
+    // takes: not bounded by the sessions' `lock_timeout` (a lease TTL, postgres_node.rs).
+    tx.batch_execute("SET LOCAL lock_timeout = 0")
+        .await
+        .map_err(err)?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext('ojsd-migrate:' || $1::text))",
         &[&schema],
