@@ -49,21 +49,14 @@ NODES=${NODES:-1 2 3}
 TAKEOVER_JOBS=${TAKEOVER_JOBS:-100000}
 LEASE_TTL_MS=${LEASE_TTL_MS:-5000}
 OUT_DIR=${OUT_DIR:-}
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ojsd-cluster.XXXXXX")
 PIDS=()
-PG_DIR=""
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+. "$ROOT/bench/pg.sh"
 cleanup() {
     for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     if [ -n "$OUT_DIR" ]; then mkdir -p "$OUT_DIR" && cp -r "$TMP"/*.json "$TMP"/*.err "$OUT_DIR"/ 2>/dev/null || true; fi
-    if [ -n "$PG_DIR" ]; then
-        as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1 || true
-        rm -rf "$PG_DIR"
-    fi
+    pg_stop
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -72,23 +65,7 @@ ulimit -n 8192 2>/dev/null || true
 
 . "$ROOT/bench/bins.sh"
 
-PG_PID=""
-if [ -z "${PG_URL:-}" ]; then
-    PG_PORT=${PG_PORT:-$(free_port)}
-    PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ojsd-cluster-pg.XXXXXX")
-    if [ "$(id -u)" = 0 ]; then chown postgres "$PG_DIR"; fi
-    as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres --encoding=UTF8 \
-        --locale=C >"$TMP/initdb.log" 2>&1 || { cat "$TMP/initdb.log"; exit 1; }
-    as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -o \
-        "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$PG_DIR \
-         -c fsync=on -c synchronous_commit=on -c max_connections=200" start >/dev/null \
-        || { cat "$PG_DIR/server.log"; exit 1; }
-    as_pg "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres ojsd_bench
-    PG_URL="postgres://postgres@127.0.0.1:$PG_PORT/ojsd_bench"
-    PG_PID=$(head -1 "$PG_DIR/data/postmaster.pid")
-    echo "postgres: a throw-away PostgreSQL 15 on 127.0.0.1:$PG_PORT" >&2
-fi
-sql() { "$PG_BIN/psql" "$PG_URL" -Atqc "$1"; }
+pg_start ojsd-cluster
 
 RESULTS=$TMP/results.tsv
 : >"$RESULTS"
@@ -135,24 +112,6 @@ print(round((b["nodes"] - a["nodes"]) * 1000 / jobs, 3), round((b["pg"] - a["pg"
 EOF
 }
 
-# node NAME PORT [ARGS...]: start ojsd in the background; its pid in NODE_PID.
-node() {
-    local name=$1 port=$2
-    shift 2
-    "$OJSD" --listen "127.0.0.1:$port" --http-listen off --data-dir "$TMP/$name" \
-        --log-level info "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
-    NODE_PID=$!
-    PIDS+=("$NODE_PID")
-}
-wait_listening() {
-    for _ in $(seq 1 600); do
-        grep -qs '^ojsd listening on ' "$TMP/$1.out" && return 0
-        sleep 0.1
-    done
-    echo "$1 did not start:" >&2
-    tail -20 "$TMP/$1.err" >&2
-    exit 1
-}
 # start_cluster TAG N: N PostgreSQL nodes on schema TAG; sets ADDRS (comma-separated),
 # NODE_PIDS, NODE_NAMES, NODE_PORTS; returns once CLUSTER shows the partitions shared out.
 start_cluster() {

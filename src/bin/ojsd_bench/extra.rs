@@ -137,7 +137,16 @@ pub fn probe_restart(
     };
     let connect_s = at();
     let first_fetch_s = loop {
-        match client.fetch(&[queue]).map_err(|e| format!("FETCH: {e}"))? {
+        // A standby answers BACKEND_UNAVAILABLE until the partition has a holder again:
+        // retried, as a client would.
+        let fetched = match client.fetch(&[queue]) {
+            Err(e) if e.code() == Some("BACKEND_UNAVAILABLE") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            r => r.map_err(|e| format!("FETCH: {e}"))?,
+        };
+        match fetched {
             Some(job) => {
                 let id = job["id"].as_str().unwrap_or_default().to_string();
                 let t = at();
