@@ -676,10 +676,7 @@ impl Load {
     /// +OK is completed, and no ACK was answered +OK twice. Returns the pushes answered +OK
     /// and those refused or cut.
     pub fn finish_and_check(mut self, lb: &str) -> (usize, usize) {
-        self.stop_producers.store(true, Ordering::SeqCst);
-        for t in self.producers.drain(..) {
-            t.join().unwrap();
-        }
+        self.stop_pushing();
         let ledger = &self.ledger;
         let pushed: HashSet<String> = ledger.pushed.lock().unwrap().iter().cloned().collect();
         // Done when each is completed: by an ACK a worker saw answered, or on the server (an
