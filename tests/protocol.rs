@@ -328,6 +328,57 @@ fn ack_with_fetch_answers_the_next_job() {
     ]);
 }
 
+/// `ACKB [ack, ...]`: each ACK on its own, in one round trip; the refused ones are named
+/// by position and change nothing, the others complete with their results.
+#[test]
+fn ackb_settles_each_ack_on_its_own() {
+    let srv = Server::start_with(&["--fetch-wait-ms", "200"]);
+    let mut c = srv.client();
+    let mut w = srv.worker("w-ab");
+    let mut other = srv.worker("w-other");
+    let ids: Vec<String> = (0..4)
+        .map(|_| push_id(&mut c, &test_job("ab", json!({}))))
+        .collect();
+    let mine = json_of(w.call("FETCH ab COUNT 3").expect("FETCH COUNT"));
+    let mine: Vec<String> = mine.as_array().unwrap().iter().map(id_of).collect();
+    assert_eq!(mine, ids[..3]);
+    assert_eq!(id_of(&fetch_one(&mut other, "ab")), ids[3]);
+    let unknown = "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b";
+    let line = format!(
+        r#"ACKB [{{"id":"{}","result":{{"n":1}}}},{{"id":"{}"}},{{"id":"{unknown}"}},{{"jid":"{}"}},{{"id":"{}"}}]"#,
+        ids[0], ids[3], ids[1], ids[0]
+    );
+    let reply = call_json(&mut w, &line);
+    assert_eq!(reply["acked"], 2, "{reply}");
+    let refused: Vec<(u64, &str)> = reply["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["index"].as_u64().unwrap(), r["code"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        refused,
+        vec![
+            (1, "NOT_OWNER"),
+            (2, "NOT_FOUND"),
+            (4, "INVALID_STATE_TRANSITION")
+        ]
+    );
+    let done = c.job(&ids[0]).expect("JOB");
+    assert_eq!(
+        (done["state"].as_str(), &done["result"]),
+        (Some("completed"), &json!({"n": 1}))
+    );
+    assert_eq!(state_of(&mut c, &ids[1]), "completed");
+    assert_eq!(state_of(&mut c, &ids[2]), "active");
+    assert_eq!(state_of(&mut c, &ids[3]), "active");
+    #[rustfmt::skip]
+    all_fail(&mut w, "MALFORMED_COMMAND", &[
+        "ACKB", "ACKB []", r#"ACKB {"id":"x"}"#, r#"ACKB [{"result":1}]"#, "ACKB [7]",
+        r#"ACKB [{"id":"x","fetch":["ab"]}]"#,
+    ]);
+}
+
 #[test]
 fn beat_and_worker_replies() {
     let srv = Server::start();

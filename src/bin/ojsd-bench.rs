@@ -89,6 +89,10 @@ struct Args {
     /// job (OJS port, `one` mode; PROTOCOL.md §5.2), as the ojsd clients' workers do.
     #[arg(long)]
     ack_fetch: bool,
+    /// In `batch` mode, ACK each job with its own command (pipelined) instead of one ACKB
+    /// per fetched batch (OJS port; the Faktory port always ACKs one by one).
+    #[arg(long)]
+    ack_each: bool,
     /// Approximate bytes of `args` per job.
     #[arg(long, default_value_t = 300)]
     payload: usize,
@@ -271,6 +275,7 @@ fn load_run(args: &Args) -> i32 {
         pipeline: args.pipeline.max(1),
         worker_pipeline: args.worker_pipeline.unwrap_or(args.pipeline).max(1),
         ack_fetch: args.ack_fetch,
+        ack_each: args.ack_each,
         timeout: Duration::from_secs(args.timeout),
         payload: args.payload,
         queue: args.queue.clone(),
@@ -316,6 +321,7 @@ fn load_run(args: &Args) -> i32 {
         "pipeline": cfg.pipeline,
         "worker_pipeline": cfg.worker_pipeline,
         "ack_fetch": cfg.ack_fetch,
+        "ack_batch": mode == Mode::Batch && !cfg.ack_each && cfg.dialect == envelope::Dialect::Ojs,
         "rate_offered": cfg.rate,
         "payload_args_bytes": envelope::Envelope::new(&cfg.queue, 0, cfg.payload).args_bytes(),
         "push_per_s": round3(pushed as f64 / push_s),

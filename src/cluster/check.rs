@@ -9,7 +9,7 @@
 use crate::engine::request::{Command, CronCmd, DeadCmd, WorkflowCmd};
 use crate::error::{ErrorCode, OjsError};
 use crate::job::validate::{parse_new_job, Limits, NewJob};
-use crate::protocol::command::{MAX_FETCH_COUNT, MAX_FETCH_QUEUES};
+use crate::protocol::command::{MAX_ACK_BATCH, MAX_FETCH_COUNT, MAX_FETCH_QUEUES};
 use chrono::{DateTime, Utc};
 
 /// The largest page any listing takes (DEAD LIST, JOBS, CRON LIST, WORKFLOW LIST).
@@ -101,6 +101,10 @@ pub fn forwarded(cmd: &Command, limits: &Limits, now: DateTime<Utc>) -> Result<(
             }
         }
         Command::AckFetch { queues: qs, .. } => queues(qs),
+        Command::AckBatch(acks) if acks.len() > MAX_ACK_BATCH => Err(refused(format!(
+            "ACKB of {} ACKs (at most {MAX_ACK_BATCH})",
+            acks.len()
+        ))),
         Command::Jobs(q) => page(q.limit),
         Command::Dead(DeadCmd::List { limit, .. }) => page(*limit),
         Command::Cron(CronCmd::List { limit, .. }) => page(*limit),
@@ -205,5 +209,14 @@ mod tests {
         assert!(forwarded(&fetch(vec!["q".into()], Some(usize::MAX)), &limits, now).is_err());
         assert!(forwarded(&fetch(vec!["q".into(); 257], None), &limits, now).is_err());
         assert!(forwarded(&fetch(vec!["Bad Queue".into()], None), &limits, now).is_err());
+        let acks = |n| {
+            let ack = crate::engine::request::AckItem {
+                id: "j".into(),
+                result: None,
+            };
+            Command::AckBatch(vec![ack; n])
+        };
+        assert!(forwarded(&acks(MAX_ACK_BATCH), &limits, now).is_ok());
+        assert!(forwarded(&acks(MAX_ACK_BATCH + 1), &limits, now).is_err());
     }
 }

@@ -7,8 +7,9 @@ use super::link::Link;
 use super::route::{route, Route};
 use super::router::{claimed_ids, ready, Cluster, Links, Slot, Target};
 use super::serve::NOT_HOLDER;
-use crate::engine::request::Command;
-use crate::engine::{Answered, ConnId};
+use crate::engine::api::Each;
+use crate::engine::request::{AckItem, Command};
+use crate::engine::{Answer, Answered, ConnId};
 use crate::error::{ErrorCode, OjsError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -343,6 +344,13 @@ impl Cluster {
                 },
                 Err(e) => ready(Err(e)),
             },
+            Route::Jobs => match cmd {
+                Command::AckBatch(acks) => self.spawn_ack_batch(conn, wid, acks),
+                cmd => ready(Err(OjsError::new(
+                    ErrorCode::BackendError,
+                    format!("{} is not routed by job", cmd.verb()),
+                ))),
+            },
             Route::Fetch(ps) => match cmd {
                 Command::AckFetch { .. } => match self.place(&ack_id(&cmd)).await {
                     Ok(p) => self.ack_fetch(p, conn, wid, cmd).await,
@@ -354,6 +362,67 @@ impl Cluster {
             Route::Find => self.spawn_find(conn, wid, cmd, viewed),
             Route::Refused(why) => ready(Err(OjsError::new(ErrorCode::InvalidPayload, why))),
         }
+    }
+
+    /// ACKB: each ACK to its job's partition, one sub-batch per partition; the answers
+    /// merged back into one, refusals at their positions in the request. A partition that
+    /// cannot answer refuses its ACKs with its error (they may be retried).
+    fn spawn_ack_batch(
+        self: &Arc<Self>,
+        conn: Option<ConnId>,
+        wid: Option<Arc<str>>,
+        acks: Vec<AckItem>,
+    ) -> oneshot::Receiver<Answered> {
+        let (tx, rx) = oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut each = Each::default();
+            // Partition -> (positions in the request, its ACKs), in the order first named.
+            let mut groups: Vec<(u32, Vec<usize>, Vec<AckItem>)> = Vec::new();
+            for (i, a) in acks.into_iter().enumerate() {
+                match me.place(&a.id).await {
+                    Ok(p) => match groups.iter_mut().find(|g| g.0 == p) {
+                        Some(g) => {
+                            g.1.push(i);
+                            g.2.push(a);
+                        }
+                        None => groups.push((p, vec![i], vec![a])),
+                    },
+                    Err(e) => each.rejected.push((i, e)),
+                }
+            }
+            let mut asked = Vec::with_capacity(groups.len());
+            for (p, at, acks) in groups {
+                let cmd = Command::AckBatch(acks);
+                asked.push((p, at, me.on(p, conn, wid.clone(), cmd, 0, false).await));
+            }
+            for (p, at, rx) in asked {
+                match rx
+                    .await
+                    .unwrap_or_else(|_| Err(me.unreachable(Some(p), "no answer")))
+                {
+                    Ok(Answer::Acked(got)) => {
+                        each.accepted += got.accepted;
+                        for (j, e) in got.rejected {
+                            if let Some(&i) = at.get(j) {
+                                each.rejected.push((i, e));
+                            }
+                        }
+                    }
+                    Ok(other) => {
+                        let e = OjsError::new(
+                            ErrorCode::BackendError,
+                            format!("partition {p} answered ACKB with {other:?}"),
+                        );
+                        each.rejected.extend(at.into_iter().map(|i| (i, e.clone())));
+                    }
+                    Err(e) => each.rejected.extend(at.into_iter().map(|i| (i, e.clone()))),
+                }
+            }
+            each.rejected.sort_by_key(|(i, _)| *i);
+            let _ = tx.send(Ok(Answer::Acked(each)));
+        });
+        rx
     }
 
     /// `rx`, with the partition of the jobs it hands out remembered on the way.

@@ -17,6 +17,9 @@ pub enum Route {
     Part(u32),
     /// The engine of the partition that holds this job.
     Job(String),
+    /// Each job to the engine of its partition (ACKB): split by partition, answers put
+    /// back in the request's order.
+    Jobs,
     /// A FETCH over queues of several partitions: those partitions, in the order of the
     /// queues that first name them.
     Fetch(Vec<u32>),
@@ -93,6 +96,7 @@ pub fn route(cmd: &Command, parts: u32) -> Route {
         | Command::Job { id }
         | Command::Progress { id, .. } => Route::Job(id.clone()),
         // The router sends it to the partition that handed the jobs out.
+        Command::AckBatch(_) => Route::Jobs,
         Command::Unclaim { ids } => Route::Job(ids.first().cloned().unwrap_or_default()),
         Command::Dead(DeadCmd::Get(id) | DeadCmd::Retry(id) | DeadCmd::Delete(id)) => {
             Route::Job(id.clone())

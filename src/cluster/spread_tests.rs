@@ -270,6 +270,47 @@ async fn ack_and_fetch_across_partitions_acks_then_fetches() {
     assert!(a.is_err());
 }
 
+/// ACKB naming jobs of two partitions (and one that is not held): each ACK reaches its
+/// job's partition, and the refusal comes back at its position in the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ackb_across_partitions_settles_each_job_in_its_partition() {
+    let n = node();
+    let r = &n.router;
+    let (qa, qb) = two_queues();
+    let (a1, b1, a2) = (push(r, &qa).await, push(r, &qb).await, push(r, &qa).await);
+    let conn = r.connection_id();
+    let mut got = Vec::new();
+    while let Some((id, _)) = fetch(r, conn, &[&qa, &qb], 0).await {
+        got.push(id);
+    }
+    assert_eq!(got.len(), 3);
+    let left = push(r, &qb).await;
+    let item = |id: &str| crate::engine::request::AckItem {
+        id: id.to_string(),
+        result: Some(json!(id.len())),
+    };
+    let cmd = Command::AckBatch(vec![item(&b1), item(&left), item(&a1), item(&a2)]);
+    let a = r
+        .submit_on(Some(conn), None, cmd, 0)
+        .await
+        .await
+        .unwrap()
+        .unwrap();
+    let Answer::Acked(each) = a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(each.accepted, 3);
+    let refused: Vec<_> = each.rejected.iter().map(|(i, e)| (*i, e.code)).collect();
+    assert_eq!(
+        refused,
+        vec![(1, crate::error::ErrorCode::InvalidStateTransition)]
+    );
+    for id in [&a1, &b1, &a2] {
+        assert_eq!(state(r, id).await, "completed", "{id}");
+    }
+    assert_eq!(state(r, &left).await, "available");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_answer_nobody_waits_for_goes_back() {
     let n = node();

@@ -59,7 +59,9 @@ pub enum Answer {
     /// Letters of an engine's outbox (`WorkflowCmd::Outbox`), oldest first.
     Letters(Vec<crate::engine::request::Posted>),
     /// PUSH of each job on its own (Faktory's PUSHB).
-    PushedEach(PushedEach),
+    PushedEach(Each),
+    /// ACKB: each ACK on its own.
+    Acked(Each),
     /// MUTATE and QUEUE REMOVE: how many jobs matched and how many changed.
     Mutated(Mutated),
     Flushed(Flushed),
@@ -67,9 +69,10 @@ pub enum Answer {
     Latencies(Vec<QueueLatency>),
 }
 
-/// How many jobs went in, and the refused ones by their position in the request.
+/// Items of a request taken each on its own (Faktory's PUSHB, ACKB): how many were
+/// accepted, and the refused ones by their position in the request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PushedEach {
+pub struct Each {
     pub accepted: usize,
     pub rejected: Vec<(usize, OjsError)>,
 }

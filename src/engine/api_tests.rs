@@ -237,11 +237,18 @@ fn one_of_each() -> Vec<Answer> {
                 failed_count: 0,
             }],
         }),
-        Answer::PushedEach(PushedEach {
+        Answer::PushedEach(Each {
             accepted: 1,
             rejected: vec![(
                 1,
                 OjsError::new(crate::error::ErrorCode::InvalidPayload, "bad"),
+            )],
+        }),
+        Answer::Acked(Each {
+            accepted: 2,
+            rejected: vec![(
+                0,
+                OjsError::new(crate::error::ErrorCode::NotOwner, "not yours"),
             )],
         }),
         Answer::Mutated(Mutated {
@@ -300,6 +307,7 @@ fn one_of_each() -> Vec<Answer> {
             | Answer::Workflow(_)
             | Answer::WorkflowPage(_)
             | Answer::PushedEach(_)
+            | Answer::Acked(_)
             | Answer::Mutated(_)
             | Answer::Flushed(_)
             | Answer::Latencies(_)
@@ -312,7 +320,7 @@ fn one_of_each() -> Vec<Answer> {
 #[test]
 fn every_answer_variant_round_trips_through_json() {
     let all = one_of_each();
-    assert_eq!(all.len(), 27, "one value per variant");
+    assert_eq!(all.len(), 28, "one value per variant");
     for a in all {
         let wire = serde_json::to_string(&Ok::<_, OjsError>(a.clone())).unwrap();
         let back: Answered = serde_json::from_str(&wire).unwrap();

@@ -653,6 +653,16 @@ impl Engine {
                 result,
                 handed_out,
             } => self.ack(txn, wid.as_ref(), &id, result, handed_out).map(ok),
+            Command::AckBatch(acks) => {
+                let mut each = api::Each::default();
+                for (i, a) in acks.into_iter().enumerate() {
+                    match self.ack(txn, wid.as_ref(), &a.id, a.result, false) {
+                        Ok(()) => each.accepted += 1,
+                        Err(e) => each.rejected.push((i, e)),
+                    }
+                }
+                Ok(answer_of(Answer::Acked(each)))
+            }
             Command::Fail {
                 id,
                 error,

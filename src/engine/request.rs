@@ -34,6 +34,13 @@ pub struct BeatReport {
     pub rss_kb: Option<u64>,
 }
 
+/// One acknowledgement of an `ACKB`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AckItem {
+    pub id: String,
+    pub result: Option<Value>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Hello(Value),
@@ -68,6 +75,10 @@ pub enum Command {
         result: Option<Value>,
         handed_out: bool,
     },
+    /// `ACKB`: each ACK on its own, answered together once durable (a batch worker settles
+    /// what one `FETCH … COUNT n` handed it in one round trip). A refused one (not held,
+    /// not active, unknown) is reported by its position; the others complete.
+    AckBatch(Vec<AckItem>),
     /// ACK, then a FETCH of one job for the same worker, answered together once the ACK is
     /// durable: one round trip per job for a worker loop (`ACK {"id", "fetch": [...]}`).
     AckFetch {

@@ -48,6 +48,7 @@ impl Command {
             Command::PushBatch(_) | Command::PushEach(_) => "PUSHB",
             Command::Fetch { .. } => "FETCH",
             Command::Ack { .. } | Command::AckFetch { .. } => "ACK",
+            Command::AckBatch(_) => "ACKB",
             Command::Fail { .. } => "FAIL",
             Command::Beat { .. } => "BEAT",
             Command::Cancel { .. } => "CANCEL",
@@ -124,6 +125,7 @@ pub fn required_role(cmd: &Command) -> Need {
         Command::Fetch { .. }
         | Command::Ack { .. }
         | Command::AckFetch { .. }
+        | Command::AckBatch(_)
         | Command::Fail { .. }
         | Command::Beat { .. }
         | Command::Unclaim { .. }
@@ -188,6 +190,8 @@ pub fn authorize(role: Role, cmd: &Command) -> OjsResult<()> {
 }
 
 pub const MAX_FETCH_COUNT: usize = 1000;
+/// ACKs in one ACKB: what one FETCH COUNT can hand out.
+pub const MAX_ACK_BATCH: usize = MAX_FETCH_COUNT;
 /// Most queues an ACK's `fetch` names.
 pub const MAX_FETCH_QUEUES: usize = 256;
 const MAX_BACKTRACE_FRAMES: usize = 50;
@@ -443,6 +447,32 @@ pub fn parse_command(line: &[u8], intake: &Intake) -> OjsResult<Command> {
                 }),
             }
         }
+        "ACKB" => {
+            let items: Vec<Map<String, Value>> = crate::json::parse(payload.as_bytes())
+                .map_err(|e| {
+                    malformed(format!(
+                        "ACKB payload must be a JSON array of ACK objects ({{\"id\", \"result\"?}}): {e}"
+                    ))
+                })?;
+            if items.is_empty() || items.len() > MAX_ACK_BATCH {
+                return Err(malformed(format!(
+                    "ACKB takes 1 to {MAX_ACK_BATCH} ACKs; got {}",
+                    items.len()
+                )));
+            }
+            let mut acks = Vec::with_capacity(items.len());
+            for (i, obj) in items.into_iter().enumerate() {
+                if obj.contains_key("fetch") || obj.contains_key("wait_ms") {
+                    return Err(malformed(format!(
+                        "ACKB: ACK {i} has fetch; ACKB does not fetch (use FETCH ... COUNT n)"
+                    )));
+                }
+                let id = job_id(&format!("ACKB: ACK {i}"), &obj)?;
+                let result = obj.get("result").cloned();
+                acks.push(crate::engine::request::AckItem { id, result });
+            }
+            Ok(Command::AckBatch(acks))
+        }
         "FAIL" => {
             let obj = json_object("FAIL", payload)?;
             let id = job_id("FAIL", &obj)?;
@@ -611,6 +641,7 @@ mod tests {
             b"FETCH critical default COUNT 5",
             br#"ACK {"id":"0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b","result":{"ok":1},"fetch":["q"],"wait_ms":100}"#,
             br#"FAIL {"id":"0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b","error":{"type":"E","message":"m"}}"#,
+            br#"ACKB [{"id":"0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b","result":{"ok":1}},{"jid":"x12345678"}]"#,
             br#"BEAT {"wid":"w1"}"#,
             b"QUEUE PAUSE q1 q2",
             br#"SUBSCRIBE {"event_types":["job.*"],"queues":["q"]}"#,
@@ -720,6 +751,26 @@ mod tests {
             ErrorCode::MalformedCommand
         );
         assert_eq!(code("PUSHB []"), ErrorCode::MalformedCommand);
+        assert_eq!(code("ACKB []"), ErrorCode::MalformedCommand);
+        assert_eq!(code(r#"ACKB {"id":"x"}"#), ErrorCode::MalformedCommand);
+        assert_eq!(
+            code(r#"ACKB [{"id":"x"},{"result":1}]"#),
+            ErrorCode::MalformedCommand
+        );
+        assert_eq!(code(r#"ACKB [{"id":"x"},7]"#), ErrorCode::MalformedCommand);
+        assert_eq!(
+            code(r#"ACKB [{"id":"x","fetch":["q"]}]"#),
+            ErrorCode::MalformedCommand
+        );
+        let many = format!(
+            "ACKB [{}]",
+            vec![r#"{"id":"x"}"#; MAX_ACK_BATCH + 1].join(",")
+        );
+        assert_eq!(code(&many), ErrorCode::MalformedCommand);
+        let most = format!("ACKB [{}]", vec![r#"{"id":"x"}"#; MAX_ACK_BATCH].join(","));
+        assert!(
+            matches!(parse_command(most.as_bytes()), Ok(Command::AckBatch(a)) if a.len() == MAX_ACK_BATCH)
+        );
         assert_eq!(code("QUEUE PAUSE"), ErrorCode::MalformedCommand);
         assert_eq!(code(""), ErrorCode::MalformedCommand);
         assert_eq!(

@@ -88,13 +88,9 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
         Answer::WorkflowPage(v) => ser(v),
         Answer::Letters(v) => ser(v),
         Answer::PushedEach(v) => {
-            let rejected: Vec<serde_json::Value> = v
-                .rejected
-                .iter()
-                .map(|(i, e)| serde_json::json!({"index": i, "code": e.code.as_str(), "message": e.message}))
-                .collect();
-            ser(&serde_json::json!({"accepted": v.accepted, "rejected": rejected}))
+            ser(&serde_json::json!({"accepted": v.accepted, "rejected": refused(v)}))
         }
+        Answer::Acked(v) => ser(&serde_json::json!({"acked": v.accepted, "rejected": refused(v)})),
         Answer::Mutated(v) => ser(v),
         Answer::Flushed(v) => ser(v),
         Answer::Latencies(v) => {
@@ -105,6 +101,16 @@ pub fn document(answer: &Answer) -> Option<Bytes> {
             ser(&map)
         }
     }
+}
+
+/// The refused items of an [`Each`](crate::engine::api::Each), by position.
+fn refused(v: &crate::engine::api::Each) -> Vec<serde_json::Value> {
+    v.rejected
+        .iter()
+        .map(
+            |(i, e)| serde_json::json!({"index": i, "code": e.code.as_str(), "message": e.message}),
+        )
+        .collect()
 }
 
 /// `+OK`, `$-1`, an error line or a small directive, with room for an id echoed back.
@@ -132,6 +138,10 @@ pub fn worst_case(cmd: &Command, line_len: usize, max_job: usize) -> usize {
         | Command::ClockAdvance { .. }
         | Command::Hello(_)
         | Command::End => SMALL_REPLY.saturating_add(line_len),
+        // A count, and a short error per refused ACK.
+        Command::AckBatch(acks) => SMALL_REPLY
+            .saturating_add(line_len)
+            .saturating_add(acks.len().saturating_mul(SMALL_REPLY)),
         // The accepted envelope(s), as sent plus the server's fields.
         Command::Push { .. } => line_len.saturating_add(PER_JOB_OVERHEAD),
         Command::PushBatch(jobs) | Command::PushEach(jobs) => {

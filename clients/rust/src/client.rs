@@ -158,6 +158,50 @@ impl Client {
         expect_ok(self.command(&format!("ACK {body}"))?)
     }
 
+    /// Report success for several jobs in one round trip (`ACKB`, PROTOCOL.md
+    /// §5.2), each `(id, result)` on its own: what a `fetch_many` handed out.
+    /// Returns the refused ones by their position in `acks` with the server's
+    /// error (empty when every one was acknowledged); the others are durable
+    /// once this returns. At most 1000 per call; none is a no-op.
+    pub fn ack_many(&mut self, acks: &[(&str, Option<&Value>)]) -> Result<Vec<(usize, Error)>> {
+        if acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let body: Vec<Value> = acks
+            .iter()
+            .map(|(id, result)| match result {
+                Some(r) => json!({ "id": id, "result": r }),
+                None => json!({ "id": id }),
+            })
+            .collect();
+        let reply = bulk_json(self.command(&format!("ACKB {}", Value::Array(body)))?)?;
+        let refused = reply
+            .get("rejected")
+            .and_then(Value::as_array)
+            .ok_or_else(|| unexpected("ACKB", &reply))?;
+        refused
+            .iter()
+            .map(|r| {
+                let at = r.get("index").and_then(Value::as_u64);
+                let code = r.get("code").and_then(Value::as_str);
+                match (at, code) {
+                    (Some(at), Some(code)) if (at as usize) < acks.len() => Ok((
+                        at as usize,
+                        Error::Server {
+                            code: code.to_string(),
+                            message: r
+                                .get("message")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string(),
+                        },
+                    )),
+                    _ => Err(unexpected("ACKB", &reply)),
+                }
+            })
+            .collect()
+    }
+
     /// Report success and take the next job from `queues` in the same round
     /// trip (`ACK {"id", "result", "fetch": [...], "wait_ms"}`, PROTOCOL.md
     /// §5.2): the next job, or `None` when none came within the server's

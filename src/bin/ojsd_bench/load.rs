@@ -47,6 +47,8 @@ pub struct LoadConfig {
     /// Workers ACK with `fetch` (OJS port, one job per command): the ACK's reply is the next
     /// job, so a worker does one round trip per job (PROTOCOL.md §5.2).
     pub ack_fetch: bool,
+    /// `batch` mode: one ACK per job instead of one ACKB per fetched batch.
+    pub ack_each: bool,
 }
 
 /// State every thread of a run shares.
@@ -274,6 +276,8 @@ enum Cmd {
     Ack(Option<u64>),
     /// An ACK with `fetch`: its reply is the next job (or null).
     AckFetch(Option<u64>),
+    /// An ACKB of these jobs, in order.
+    AckBatch(Vec<Option<u64>>),
 }
 
 /// One worker connection: FETCH (or FETCH COUNT), ACK every job, until every job of the run
@@ -300,7 +304,7 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
         // the server holds a pipelined reply unflushed while a FETCH behind it blocks.
         let acks_pending = out
             .iter()
-            .any(|c| matches!(c, Cmd::Ack(_) | Cmd::AckFetch(_)));
+            .any(|c| matches!(c, Cmd::Ack(_) | Cmd::AckFetch(_) | Cmd::AckBatch(_)));
         while fetches < depth
             && (depth > 1 || !acks_pending)
             && !shared.fetching_done()
@@ -350,6 +354,24 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
                 }
                 continue;
             }
+            Some(Cmd::AckBatch(seqs)) => {
+                match reply {
+                    Reply::Bulk(b) => match ackb_refused(&b) {
+                        Ok(refused) => {
+                            for (i, seq) in seqs.into_iter().enumerate() {
+                                if refused.contains(&i) {
+                                    shared.error(format!("worker {idx}: ACKB refused ACK {i}"));
+                                } else {
+                                    acked(shared, seq);
+                                }
+                            }
+                        }
+                        Err(e) => shared.error(format!("worker {idx}: ACKB answered {e}")),
+                    },
+                    other => shared.error(format!("worker {idx}: ACKB answered {other:?}")),
+                }
+                continue;
+            }
             Some(Cmd::AckFetch(seq)) => match reply {
                 Reply::Null => {
                     acked(shared, seq);
@@ -374,6 +396,9 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
                 return lat;
             }
         };
+        let ack_batch = cfg.mode == Mode::Batch && !cfg.ack_each && cfg.dialect == Dialect::Ojs;
+        let mut batch_line = String::new();
+        let mut batch_seqs = Vec::new();
         for job in jobs {
             let seq = job
                 .meta
@@ -391,6 +416,12 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
                     shared.foreign.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            if ack_batch {
+                batch_line.push_str(if batch_seqs.is_empty() { "ACKB [" } else { "," });
+                batch_line.push_str(&super::envelope::ack_line(&job.id)["ACK ".len()..]);
+                batch_seqs.push(seq);
+                continue;
+            }
             // Take the next job with this ACK unless every job of the run is out already.
             let (line, cmd) = if ack_fetch && !shared.fetching_done() && !shared.should_stop() {
                 (env.ack_fetch_line(idx, &job.id), Cmd::AckFetch(seq))
@@ -403,8 +434,28 @@ pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> 
             }
             out.push_back(cmd);
         }
+        if !batch_seqs.is_empty() {
+            batch_line.push(']');
+            if let Err(e) = client.send_line(&batch_line) {
+                shared.fatal(format!("worker {idx}: send: {e}"));
+                return lat;
+            }
+            out.push_back(Cmd::AckBatch(batch_seqs));
+        }
     }
     lat
+}
+
+/// The positions an ACKB reply (`{"acked": n, "rejected": [{"index", ...}]}`) refused.
+fn ackb_refused(body: &[u8]) -> Result<Vec<usize>, String> {
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let rejected = v["rejected"]
+        .as_array()
+        .ok_or_else(|| format!("no rejected list: {v}"))?;
+    Ok(rejected
+        .iter()
+        .filter_map(|r| r["index"].as_u64().map(|i| i as usize))
+        .collect())
 }
 
 /// A successful ACK of job `seq` (`None`: a foreign job).

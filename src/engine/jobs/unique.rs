@@ -46,7 +46,7 @@ impl Engine {
                 .push_batch_all(txn, jobs)
                 .map(|p| Out::Answer(self.pushed_reply(txn, &p, true))),
             PushWork::Each(jobs) => {
-                let mut pushed = crate::engine::api::PushedEach::default();
+                let mut pushed = crate::engine::api::Each::default();
                 for (i, job) in jobs.into_iter().enumerate() {
                     match self.push_one(txn, job) {
                         Ok(_) => pushed.accepted += 1,

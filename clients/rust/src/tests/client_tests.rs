@@ -244,6 +244,37 @@ fn fetch_and_fetch_many() {
 }
 
 #[test]
+fn ack_many_sends_one_ackb_and_reports_the_refused_by_position() {
+    let (mut client, h) = with_server(|c| {
+        let acks: Value = serde_json::from_str(&c.expect("ACKB")).unwrap();
+        assert_eq!(
+            acks,
+            json!([{"id": "1", "result": {"n": 1}}, {"id": "2"}, {"id": "3"}])
+        );
+        c.bulk(r#"{"acked":2,"rejected":[{"index":1,"code":"NOT_OWNER","message":"not yours"}]}"#);
+        assert_eq!(c.expect("ACKB"), r#"[{"id":"4"}]"#);
+        c.bulk(r#"{"acked":1,"rejected":[]}"#);
+        assert_eq!(c.expect("ACKB"), r#"[{"id":"5"}]"#);
+        c.bulk(r#"{"acked":0,"rejected":[{"index":9,"code":"NOT_FOUND","message":"x"}]}"#);
+    });
+    let r = json!({"n": 1});
+    let refused = client
+        .ack_many(&[("1", Some(&r)), ("2", None), ("3", None)])
+        .unwrap();
+    assert_eq!(refused.len(), 1);
+    assert_eq!((refused[0].0, refused[0].1.code()), (1, Some("NOT_OWNER")));
+    assert!(client.ack_many(&[("4", None)]).unwrap().is_empty());
+    // Nothing to acknowledge: nothing sent.
+    assert!(client.ack_many(&[]).unwrap().is_empty());
+    // A position the request does not have is a protocol error, not a silent success.
+    assert!(matches!(
+        client.ack_many(&[("5", None)]),
+        Err(Error::Protocol(_))
+    ));
+    h.join().unwrap();
+}
+
+#[test]
 fn ack_fail_beat_and_admin_commands() {
     let (mut client, h) = with_server(|c| {
         let ack: Value = serde_json::from_str(&c.expect("ACK")).unwrap();
