@@ -385,6 +385,14 @@ fn max_body_bytes(args: &Args) -> usize {
 }
 
 fn main() {
+    // No transparent huge pages for this process. mimalloc asks for them on its arenas
+    // where the kernel allows (THP `madvise` mode, Debian's default), and then every
+    // first touch of a 2 MiB region zeroes all of it: 5-7% of the engine's and the
+    // connections' CPU went to that zeroing (`clear_page_erms` under
+    // `do_huge_pmd_anonymous_page`). Without them: 5-20% less server CPU per job and
+    // 13% less peak memory, back to back (bench/RESULTS.md, round 11). The flag is the
+    // process's (and its children's); failing to set it (an old kernel) changes nothing.
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let mut args = parse_args();
     if let Some(cmd) = args.command.take() {
         std::process::exit(ojsd::cli::run(cmd));
