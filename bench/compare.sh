@@ -16,7 +16,7 @@
 #          per connection (the Faktory protocol has no pipelining): 64 producer connections
 #          x 1 PUSH and 50 worker connections.
 #   batch  BATCH (100) jobs per push and per fetch, BATCH_PRODUCERS x BATCH_WORKERS (4 x 4)
-#          connections: ojsd PUSHB + FETCH COUNT (ACKs pipelined); the Redis list LPUSH of
+#          connections: ojsd PUSHB + FETCH COUNT + one ACKB per batch; the Redis list LPUSH of
 #          100 values + BLMPOP COUNT 100; the Faktory port PUSHB of 100, but FETCH is one
 #          job per command in Faktory, so its workers fetch one at a time, WORKERS (16) of
 #          them. BullMQ has no batch fetch; it is not in this setting.

@@ -5,7 +5,7 @@
 //! partition. Across real nodes and a kill -9: tests/partitions.rs.
 
 use super::route::partition_of;
-use super::spread_tests::{ack, fetch, node, node_with, two_queues, PARTS};
+use super::spread_tests::{ack, fetch, node, node_full, node_with, two_queues, PARTS};
 use super::Router;
 use crate::engine::intake::Intake;
 use crate::engine::request::{Command, Letter, Posted, WorkflowCmd};
@@ -95,7 +95,16 @@ fn chain(qa: &str, qb: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_across_partitions_runs_each_step_once_in_its_queues_partition() {
-    let n = node();
+    run_chain(&node()).await;
+}
+
+/// Engines that keep no letter in memory: each is read back from the store when relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn letters_kept_in_the_store_only_are_relayed_the_same() {
+    run_chain(&node_full(true, 0)).await;
+}
+
+async fn run_chain(n: &super::spread_tests::Node) {
     let r = &n.router;
     let (qa, qb) = two_queues();
     let wf = create(r, chain(&qa, &qb)).await;

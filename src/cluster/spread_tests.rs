@@ -42,6 +42,11 @@ pub(super) fn node() -> Node {
 /// Four partitions' engines on one node; `relay`: their outboxes are relayed
 /// (`relay.rs`), else a test hands letters over itself.
 pub(super) fn node_with(relay: bool) -> Node {
+    node_full(relay, crate::engine::DEFAULT_OUTBOX_MEMORY)
+}
+
+/// As `node_with`, the engines keeping `outbox_memory` bytes of letters in memory.
+pub(super) fn node_full(relay: bool, outbox_memory: usize) -> Node {
     let shared = Shared::new(Default::default());
     let link_cfg = super::link::LinkConfig {
         node: "n1".into(),
@@ -65,6 +70,7 @@ pub(super) fn node_with(relay: bool) -> Node {
                 count: PARTS,
             },
             outbox_wake: Some(wake.clone()),
+            outbox_memory,
             ..Config::default()
         };
         let (h, t) = crate::engine::start_with(st, cfg, shared.clone()).unwrap();

@@ -106,7 +106,13 @@ pub struct Config {
     pub partition: partition::Partition,
     /// Woken when a letter to another partition is written (its relay waits on it).
     pub outbox_wake: Option<Arc<tokio::sync::Notify>>,
+    /// Bytes of undelivered workflow letters kept in memory; past that they are read
+    /// back from the store when relayed (`engine/workflow/outbox.rs`).
+    pub outbox_memory: usize,
 }
+
+/// Default `Config::outbox_memory`.
+pub const DEFAULT_OUTBOX_MEMORY: usize = 16 << 20;
 
 /// Default `--compact-after-deletes`.
 pub const fn compact_after_deletes_default() -> u64 {
@@ -140,6 +146,7 @@ impl Default for Config {
             node_addr: None,
             partition: partition::Partition::default(),
             outbox_wake: None,
+            outbox_memory: DEFAULT_OUTBOX_MEMORY,
         }
     }
 }

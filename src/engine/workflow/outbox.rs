@@ -23,6 +23,12 @@
 //!
 //! Store layout (space `o/`): `l<u64 BE>` a letter not yet delivered (JSON `[to,
 //! letter]`), `r<16-byte job id>` a job run for another partition's workflow.
+//!
+//! Memory: the letters waiting for delivery are kept in memory, whole, up to
+//! `Config::outbox_memory` bytes (their encoded size); past that a letter is kept only in
+//! the store, with its number, receiver and size in memory, and read back from the store
+//! when the relay takes it. A receiver that stays unreachable therefore costs disk, not
+//! memory.
 
 use super::records::{Outcome, Settle};
 use crate::engine::txn::Txn;
@@ -84,11 +90,47 @@ struct Remote {
     started: bool,
 }
 
+/// A letter not yet delivered: its receiver, its encoded size, and the letter itself
+/// unless it is kept in the store only (the outbox's memory was full when it was written).
+struct Held {
+    to: u32,
+    len: usize,
+    letter: Option<Letter>,
+}
+
 #[derive(Default)]
 pub(in crate::engine) struct Outbox {
-    letters: BTreeMap<u64, (u32, Letter)>,
+    letters: BTreeMap<u64, Held>,
+    /// The encoded size of the letters held in memory (`Held::letter` is `Some`).
+    held_bytes: usize,
     next: u64,
     remote: HashMap<Uuid, Remote>,
+}
+
+impl Outbox {
+    /// Keep letter `seq` of `len` encoded bytes, in memory while it fits in `cap`.
+    fn keep(&mut self, seq: u64, to: u32, letter: Letter, len: usize, cap: usize) {
+        let fits = self.held_bytes.saturating_add(len) <= cap;
+        if fits {
+            self.held_bytes = self.held_bytes.saturating_add(len);
+        }
+        let letter = fits.then_some(letter);
+        if let Some(old) = self.letters.insert(seq, Held { to, len, letter }) {
+            self.forget(&old);
+        }
+    }
+
+    fn forget(&mut self, h: &Held) {
+        if h.letter.is_some() {
+            self.held_bytes = self.held_bytes.saturating_sub(h.len);
+        }
+    }
+
+    /// Letters waiting, and the bytes of those held in memory.
+    #[cfg(test)]
+    pub(in crate::engine) fn usage(&self) -> (usize, usize) {
+        (self.letters.len(), self.held_bytes)
+    }
 }
 
 impl Outbox {
@@ -125,33 +167,53 @@ impl Engine {
         ob.next = ob.next.saturating_add(1);
         // Serializing cannot fail: every map key is a string.
         let v = serde_json::to_vec(&(to, &letter)).unwrap_or_default();
+        let len = v.len();
         txn.batch.put(Space::Outbox, &letter_key(seq), v);
-        ob.letters.insert(seq, (to, letter));
+        ob.keep(seq, to, letter, len, self.cfg.outbox_memory);
         if let Some(w) = &self.cfg.outbox_wake {
             w.notify_one();
         }
     }
 
     /// The oldest letters not yet delivered, at most `limit`. Every letter this returns
-    /// is committed: the answer is sent after the batch it was read in.
+    /// is committed: the answer is sent after the batch it was read in. A letter kept in
+    /// the store only is read from it; one that is not there yet (written in the batch
+    /// being built) ends the list, so that letters stay in order: the relay, woken by its
+    /// writing, takes it after this batch's commit.
     pub(in crate::engine) fn outbox_take(&self, limit: usize) -> Vec<Posted> {
-        self.workflows
-            .outbox
-            .letters
-            .iter()
-            .take(limit)
-            .map(|(seq, (to, letter))| Posted {
+        let mut out = Vec::new();
+        for (seq, held) in self.workflows.outbox.letters.iter().take(limit) {
+            let letter = match &held.letter {
+                Some(l) => l.clone(),
+                None => match self.store.get(Space::Outbox, &letter_key(*seq)) {
+                    Ok(Some(v)) => match serde_json::from_slice::<(u32, Letter)>(&v) {
+                        Ok((_, l)) => l,
+                        Err(e) => {
+                            tracing::warn!(seq, error = %e, "an unreadable outbox letter");
+                            break;
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(seq, error = %e, "an outbox letter could not be read");
+                        break;
+                    }
+                },
+            };
+            out.push(Posted {
                 seq: *seq,
-                to: *to,
-                letter: letter.clone(),
-            })
-            .collect()
+                to: held.to,
+                letter,
+            });
+        }
+        out
     }
 
     /// The receivers committed these letters: delete them.
     pub(in crate::engine) fn outbox_delivered(&mut self, txn: &mut Txn, seqs: &[u64]) {
         for seq in seqs {
-            if self.workflows.outbox.letters.remove(seq).is_some() {
+            if let Some(h) = self.workflows.outbox.letters.remove(seq) {
+                self.workflows.outbox.forget(&h);
                 txn.batch.delete(Space::Outbox, &letter_key(*seq));
             }
         }
@@ -320,15 +382,16 @@ impl Engine {
     /// a job among those that finished unseen is reported in `txn`.
     pub(super) fn rebuild_outbox(&mut self, txn: &mut Txn) -> Result<(), StoreError> {
         let mut ob = Outbox::default();
+        let cap = self.cfg.outbox_memory;
         let mut bad = 0usize;
         self.store.scan(Space::Outbox, &mut |k, v| {
             match k.split_first() {
                 Some((b'l', seq)) => {
                     let seq = <[u8; 8]>::try_from(seq).map(u64::from_be_bytes);
                     match (seq, serde_json::from_slice::<(u32, Letter)>(v)) {
-                        (Ok(seq), Ok(l)) => {
+                        (Ok(seq), Ok((to, l))) => {
                             ob.next = ob.next.max(seq.saturating_add(1));
-                            ob.letters.insert(seq, l);
+                            ob.keep(seq, to, l, v.len(), cap);
                         }
                         _ => bad += 1,
                     }
@@ -373,5 +436,45 @@ impl Engine {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drop_letter(ob: &mut Outbox, seq: u64) {
+        let h = ob.letters.remove(&seq).unwrap();
+        ob.forget(&h);
+    }
+
+    /// Letters past the memory cap are kept by number only; delivering a letter held in
+    /// memory frees its bytes for the next.
+    #[test]
+    fn letters_past_the_memory_cap_are_kept_in_the_store_only() {
+        let mut ob = Outbox::default();
+        let l = Letter::Cancel { job: Uuid::nil() };
+        for seq in 0..10 {
+            ob.keep(seq, 1, l.clone(), 100, 350);
+        }
+        assert_eq!(ob.usage(), (10, 300));
+        let held: Vec<u64> = ob
+            .letters
+            .iter()
+            .filter(|(_, h)| h.letter.is_some())
+            .map(|(s, _)| *s)
+            .collect();
+        assert_eq!(held, [0, 1, 2]);
+        drop_letter(&mut ob, 0);
+        assert_eq!(ob.usage(), (9, 200));
+        ob.keep(10, 1, l.clone(), 100, 350);
+        assert_eq!(ob.usage(), (10, 300));
+        // One kept in the store only frees nothing.
+        drop_letter(&mut ob, 5);
+        assert_eq!(ob.usage(), (9, 300));
+        // Nothing fits in no memory.
+        let mut none = Outbox::default();
+        none.keep(0, 1, l, 1, 0);
+        assert_eq!(none.usage(), (1, 0));
     }
 }
