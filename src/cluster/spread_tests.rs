@@ -442,6 +442,65 @@ async fn listings_merge_the_partitions_pages() {
     assert!(r.call(None, wf(&qa, &qb)).await.is_ok());
 }
 
+/// A worker is known to every partition's engine, and its own events come from one of
+/// them: a stream over every partition has each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_own_events_come_once_from_one_partition() {
+    use crate::events::{EventFilter, Start};
+    let n = node();
+    let r = &n.router;
+    let wid: std::sync::Arc<str> = "w-events".into();
+    r.register_worker(wid.clone(), json!({"queues": ["q"]}), false);
+    let beat = Command::Beat {
+        wid: wid.to_string(),
+        active_job_ids: None,
+        report: Default::default(),
+    };
+    r.call(Some(wid.clone()), beat).await.unwrap();
+    let quiet = Command::Worker {
+        wid: wid.to_string(),
+        directive: crate::engine::request::WorkerDirective::Quiet,
+    };
+    r.call(None, quiet).await.unwrap();
+    r.disconnect_worker(wid.clone());
+    let filter = EventFilter {
+        event_types: vec!["worker.*".into()],
+        ..Default::default()
+    };
+    let kinds = || async {
+        let page = r
+            .events(filter.clone(), Start::Each(vec![0; PARTS as usize]), 100)
+            .await
+            .unwrap();
+        let mut kinds: Vec<String> = page
+            .events
+            .iter()
+            .map(|e| {
+                let v: serde_json::Value = serde_json::from_slice(&e.json()).unwrap();
+                v["type"].as_str().unwrap().to_string()
+            })
+            .collect();
+        kinds.sort();
+        kinds
+    };
+    let t0 = Instant::now();
+    while !kinds().await.contains(&"worker.stopped".to_string()) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", kinds().await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every partition has applied the hang-up by now (each is asked in turn above).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        kinds().await,
+        [
+            "worker.heartbeat",
+            "worker.quiet",
+            "worker.started",
+            "worker.stopped"
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_of_one_partitions_queues_and_metrics_of_all() {
     use crate::events::{EventFilter, Start};

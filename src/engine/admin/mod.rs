@@ -89,15 +89,16 @@ impl Engine {
             .get(wid)
             .and_then(|r| r.info.get("queues").cloned())
             .unwrap_or(json!([]));
-        let data =
-            json!({"worker_id": wid, "active_jobs": held.len(), "queues": queues, "state": state});
-        self.emit_plain(
-            txn,
-            EventKind::WorkerHeartbeat,
-            Component::Worker(Some(wid)),
-            wid,
-            data,
-        );
+        if self.worker_events(wid) {
+            let data = json!({"worker_id": wid, "active_jobs": held.len(), "queues": queues, "state": state});
+            self.emit_plain(
+                txn,
+                EventKind::WorkerHeartbeat,
+                Component::Worker(Some(wid)),
+                wid,
+                data,
+            );
+        }
         match directive {
             None => Answer::Ok,
             Some(d) => Answer::Directive(d),
@@ -116,7 +117,7 @@ impl Engine {
         let queues = info.get("queues").cloned().unwrap_or(json!([]));
         let concurrency = info.get("concurrency").cloned().unwrap_or(json!(1));
         let hostname = info.get("hostname").cloned();
-        if self.workers.register(wid.clone(), info, now, reserve) {
+        if self.workers.register(wid.clone(), info, now, reserve) && self.worker_events(&wid) {
             let data = json!({"worker_id": &*wid, "queues": queues, "concurrency": concurrency, "hostname": hostname});
             self.emit_plain(
                 txn,
@@ -136,8 +137,21 @@ impl Engine {
         }
     }
 
+    /// Whether this engine emits `wid`'s own events (`worker.started`, `.heartbeat`,
+    /// `.quiet`, `.stopped`). A worker is known to every partition's engine (cluster mode:
+    /// each HELLO, BEAT and hang-up reaches them all), and one of them speaks for it: the
+    /// partition its id hashes to, as a queue name would. So a stream over every partition
+    /// has each once.
+    pub(in crate::engine) fn worker_events(&self, wid: &str) -> bool {
+        let p = self.cfg.partition;
+        p.count <= 1 || crate::engine::partition::partition_of(wid, p.count) == p.index
+    }
+
     /// `worker.stopped` (ojs-events §3), from the worker itself.
     pub(in crate::engine) fn worker_stopped(&mut self, txn: &mut Txn, wid: &str, data: Value) {
+        if !self.worker_events(wid) {
+            return;
+        }
         self.emit_plain(
             txn,
             EventKind::WorkerStopped,
@@ -155,7 +169,7 @@ impl Engine {
     ) -> OjsResult<()> {
         let before = self.workers.directive(wid);
         self.workers.direct(wid, d)?;
-        if d == WorkerDirective::Quiet && before.is_none() {
+        if d == WorkerDirective::Quiet && before.is_none() && self.worker_events(wid) {
             let active = self.workers.held(wid).len();
             let data = json!({"worker_id": wid, "active_jobs": active});
             self.emit_plain(txn, EventKind::WorkerQuiet, Component::Api, wid, data);
