@@ -5,7 +5,7 @@
 //! partition. Across real nodes and a kill -9: tests/partitions.rs.
 
 use super::route::partition_of;
-use super::spread_tests::{ack, fetch, node, node_full, node_with, two_queues, PARTS};
+use super::spread_tests::{ack, fetch, node, node_full, node_with, on_conn, two_queues, PARTS};
 use super::Router;
 use crate::engine::intake::Intake;
 use crate::engine::request::{Command, Letter, Posted, WorkflowCmd};
@@ -50,11 +50,7 @@ async fn ack_with(r: &Router, id: &str, result: Value) {
         result: Some(result),
         handed_out: false,
     };
-    r.submit_on(Some(1), None, cmd, 0)
-        .await
-        .await
-        .unwrap()
-        .unwrap();
+    on_conn(r, 1, cmd).await;
 }
 
 async fn job(r: &Router, id: &str) -> crate::job::Job {

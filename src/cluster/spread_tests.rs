@@ -144,13 +144,7 @@ pub(super) async fn fetch(
         count: None,
         wait: Some(Duration::from_millis(wait_ms)),
     };
-    match r
-        .submit_on(Some(conn), None, cmd, 0)
-        .await
-        .await
-        .unwrap()
-        .unwrap()
-    {
+    match on_conn(r, conn, cmd).await {
         Answer::Job(v) => {
             let j = v.job().unwrap();
             Some((j.id, j.queue))
@@ -160,17 +154,22 @@ pub(super) async fn fetch(
     }
 }
 
+/// `cmd` on connection `conn`, as a front end submits it; its answer (which must be one).
+pub(super) async fn on_conn(r: &Router, conn: u64, cmd: Command) -> Answer {
+    r.submit_on(Some(conn), None, cmd, 0)
+        .await
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 pub(super) async fn ack(r: &Router, conn: u64, id: &str) {
     let cmd = Command::Ack {
         id: id.to_string(),
         result: None,
         handed_out: false,
     };
-    r.submit_on(Some(conn), None, cmd, 0)
-        .await
-        .await
-        .unwrap()
-        .unwrap();
+    on_conn(r, conn, cmd).await;
 }
 
 pub(super) async fn state(r: &Router, id: &str) -> String {
@@ -256,12 +255,7 @@ async fn ack_and_fetch_across_partitions_acks_then_fetches() {
         queues: vec![qb.clone()],
         wait: Some(Duration::ZERO),
     };
-    let a = r
-        .submit_on(Some(conn), None, cmd, 0)
-        .await
-        .await
-        .unwrap()
-        .unwrap();
+    let a = on_conn(r, conn, cmd).await;
     let Answer::Job(v) = a else { panic!("{a:?}") };
     assert_eq!(v.job().unwrap().id, idb);
     assert_eq!(state(r, &ida).await, "completed");
@@ -296,12 +290,7 @@ async fn ackb_across_partitions_settles_each_job_in_its_partition() {
         result: Some(json!(id.len())),
     };
     let cmd = Command::AckBatch(vec![item(&b1), item(&left), item(&a1), item(&a2)]);
-    let a = r
-        .submit_on(Some(conn), None, cmd, 0)
-        .await
-        .await
-        .unwrap()
-        .unwrap();
+    let a = on_conn(r, conn, cmd).await;
     let Answer::Acked(each) = a else {
         panic!("{a:?}")
     };
