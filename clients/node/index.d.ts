@@ -66,6 +66,8 @@ export class Client {
   ack(id: string, result?: unknown): Promise<"OK">;
   /** ACK and take the next job from `queues` in one round trip (PROTOCOL.md §5.2). */
   ackFetch(id: string, queues: string[], result?: unknown, opts?: { waitMs?: number }): Promise<StoredJob | null>;
+  /** ACK each of these jobs on its own, in one round trip (ACKB, PROTOCOL.md §5.2). */
+  ackb(acks: Array<string | [string, unknown]>): Promise<{ acked: number; rejected: Array<{ index: number; code: string; message: string }> }>;
   fail(id: string, type: string, message: string, backtrace?: string[]): Promise<"OK">;
   /** null while the worker should run on. */
   beat(activeIds?: string[]): Promise<Directive | null>;

@@ -170,6 +170,20 @@ class Client {
     if (waitMs !== undefined) body.wait_ms = waitMs;
     return this.call("ACK", body);
   }
+  /**
+   * Acknowledge several jobs in one round trip (`ACKB`, PROTOCOL §5.2), each on its own:
+   * a job id, or `[id, result]`. Resolves to `{acked, rejected: [{index, code, message}]}`;
+   * the acknowledged ones are durable once it resolves.
+   */
+  ackb(acks) {
+    const body = acks.map((a) => {
+      if (typeof a === "string") return { id: a };
+      const [id, result] = a;
+      return result === undefined ? { id } : { id, result };
+    });
+    if (body.length === 0) return Promise.resolve({ acked: 0, rejected: [] });
+    return this.call("ACKB", body);
+  }
   fail(id, type, message, backtrace) {
     const error = { type, message };
     if (backtrace && backtrace.length) error.backtrace = backtrace.slice(0, 50);

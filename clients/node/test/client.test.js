@@ -125,6 +125,23 @@ test("ackFetch takes the next job in the same round trip", async (t) => {
   assert.equal((await c.job(d.id)).state, "available");
 });
 
+test("ackb completes a fetched batch in one round trip", async (t) => {
+  const srv = await server();
+  t.after(() => srv.close());
+  const c = await Client.connect(srv.addr);
+  const w = await Client.connect(srv.addr, { wid: "w-ab" });
+  t.after(() => { c.close(); w.close(); });
+  const ids = (await c.pushb([0, 1, 2].map(() => ({ type: "t.a", queue: "ab" })))).map((j) => j.id);
+  const got = await w.fetch(["ab"], 3);
+  assert.deepEqual(got.map((j) => j.id), ids);
+  const reply = await w.ackb([[ids[0], { n: 1 }], ids[1], "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b"]);
+  assert.equal(reply.acked, 2);
+  assert.deepEqual(reply.rejected.map((r) => [r.index, r.code]), [[2, "NOT_FOUND"]]);
+  assert.deepEqual((await c.job(ids[0])).result, { n: 1 });
+  assert.deepEqual(await Promise.all(ids.map(async (i) => (await c.job(i)).state)), ["completed", "completed", "active"]);
+  assert.deepEqual(await w.ackb([]), { acked: 0, rejected: [] });
+});
+
 test("each ACK of a worker carries the next job, and HELLO names its queues", async (t) => {
   const srv = await server();
   t.after(() => srv.close());

@@ -20,7 +20,7 @@ import ssl
 import threading
 import traceback
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 __all__ = ["Client", "Worker", "OjsdError", "ProtocolError", "Job", "password_hash"]
 __version__ = "0.2.0"
@@ -198,6 +198,21 @@ class Client:
         if wait_ms is not None:
             body["wait_ms"] = int(wait_ms)
         return self.call("ACK", body)
+
+    def ackb(self, acks: Iterable[Union[str, Tuple[str, Any]]]) -> Dict[str, Any]:
+        """Complete several jobs in one round trip (`ACKB`, PROTOCOL §5.2), each on its own:
+        a job id, or `(id, result)`. Returns `{"acked": n, "rejected": [{"index", "code",
+        "message"}]}`; the acknowledged ones are durable once it returns."""
+        body: List[Dict[str, Any]] = []
+        for a in acks:
+            if isinstance(a, str):
+                body.append({"id": a})
+            else:
+                job_id, result = a
+                body.append({"id": job_id} if result is None else {"id": job_id, "result": result})
+        if not body:
+            return {"acked": 0, "rejected": []}
+        return self.call("ACKB", body)
 
     def fail(self, job_id: str, type_: str, message: str,
              backtrace: Optional[List[str]] = None) -> str:

@@ -100,6 +100,18 @@ class ClientTests(unittest.TestCase):
             self.assertEqual(e.exception.code, "INVALID_STATE_TRANSITION")
             self.assertEqual(c.job(d["id"])["state"], "available")
 
+    def test_ackb_completes_a_fetched_batch_in_one_round_trip(self):
+        with Client(self.srv.addr) as c, Client(self.srv.addr, wid="w-ab") as w:
+            ids = [j["id"] for j in c.pushb([{"type": "t.a", "queue": "ab"}] * 3)]
+            got = w.fetch(["ab"], count=3)
+            self.assertEqual([j["id"] for j in got], ids)
+            reply = w.ackb([(ids[0], {"n": 1}), ids[1], "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b"])
+            self.assertEqual(reply["acked"], 2)
+            self.assertEqual([(r["index"], r["code"]) for r in reply["rejected"]], [(2, "NOT_FOUND")])
+            self.assertEqual(c.job(ids[0])["result"], {"n": 1})
+            self.assertEqual([c.job(i)["state"] for i in ids], ["completed", "completed", "active"])
+            self.assertEqual(w.ackb([]), {"acked": 0, "rejected": []})
+
     def test_pushb_is_atomic(self):
         with Client(self.srv.addr) as c:
             jobs = c.pushb([{"type": "a.b", "args": [1]}, {"type": "a.b", "args": [2]}])
