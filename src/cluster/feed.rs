@@ -10,8 +10,9 @@
 //! - Where the stream stands is each partition's last cursor handed out: every event
 //!   carries it as its `position` (`p<N>:<c0>,<c1>,...`), which is the SSE id and what a
 //!   reader resumes from (`after`, `Last-Event-ID`): each partition then resumes after its
-//!   own cursor, so nothing is lost or repeated. A stream started live (or at a time) holds
-//!   each partition's head until that partition's first event.
+//!   own cursor, so nothing is lost or repeated. A stream started live stands at each
+//!   partition's head until that partition's first event; one started at a time, just
+//!   before each partition's first event at or after the time (`Page::from`).
 //! - A poll reads a page from each partition and answers their events with the position
 //!   after them as its `cursor` (a string).
 
@@ -90,7 +91,7 @@ pub(super) async fn read_part(
             if wait { LONG_POLL_MS } else { 0 },
         )
         .await?;
-    let (count, last, has_more) = (page.count, page.last, page.has_more);
+    let (count, last, has_more, from) = (page.count, page.last, page.has_more, page.from);
     // No live feed across nodes: the reader comes back for the next page.
     buf.put_page(page.events, reservation, false);
     if wait && count == 0 && !has_more && asked.elapsed() < REMOTE_POLL {
@@ -102,6 +103,7 @@ pub(super) async fn read_part(
         events: Vec::new(),
         count,
         last,
+        from,
         has_more,
     })
 }
@@ -292,6 +294,10 @@ impl Cluster {
             let room = limit.saturating_sub(events.len());
             let all = page.events.len() <= room;
             let taken: Vec<_> = page.events.into_iter().take(room).collect();
+            // Before the page's first cursor is before the poll's start: nothing owed.
+            if let Some(before) = page.from.checked_sub(1) {
+                positions[q] = positions[q].max(before);
+            }
             if all {
                 positions[q] = positions[q].max(page.last);
                 has_more |= page.has_more;
@@ -307,6 +313,7 @@ impl Cluster {
             count: events.len(),
             events,
             last: 0,
+            from: 0,
             has_more,
             position: Some(crate::events::position_token(&positions)),
         })

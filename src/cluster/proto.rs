@@ -111,6 +111,9 @@ pub struct WirePage {
     pub count: usize,
     pub last: u64,
     pub has_more: bool,
+    /// `Page::from` (0 from a node that does not send it: nothing is assumed skipped).
+    #[serde(default)]
+    pub from: u64,
 }
 
 impl From<Page> for WirePage {
@@ -120,6 +123,7 @@ impl From<Page> for WirePage {
             count: p.count,
             last: p.last,
             has_more: p.has_more,
+            from: p.from,
         }
     }
 }
@@ -131,6 +135,7 @@ impl From<WirePage> for Page {
             events: p.events,
             count: p.count,
             last: p.last,
+            from: p.from,
             has_more: p.has_more,
         }
     }

@@ -613,6 +613,55 @@ async fn a_stream_over_every_partition_merges_their_logs_and_resumes_from_its_po
     assert!(bad.open().await.is_err());
 }
 
+/// A stream started at a time stands, in each partition, just before that partition's
+/// first event at or after the time: resumed from its first event's position, it gives
+/// the other partition's events from the time on, never those from before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_started_at_a_time_resumes_without_the_events_before_it() {
+    use crate::events::{parse_position, EventFilter, Start};
+    let n = node();
+    let r = &n.router;
+    let (qa, qb) = two_queues();
+    let filter = EventFilter {
+        event_types: vec!["job.enqueued".into()],
+        ..Default::default()
+    };
+    let old_a = push(r, &qa).await;
+    let old_b = push(r, &qb).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let new_a = push(r, &qa).await;
+    let new_b = push(r, &qb).await;
+    let mut since = r.subscription(filter.clone(), Start::Since(t));
+    since.open().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), since.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let first_id = job_of_poll(&first);
+    let each = parse_position(first.position.as_deref().unwrap()).unwrap();
+    let mut resumed = r.subscription(filter.clone(), Start::Each(each));
+    resumed.open().await.unwrap();
+    let mut rest = Vec::new();
+    while let Ok(e) = tokio::time::timeout(Duration::from_millis(300), resumed.next()).await {
+        rest.push(job_of_poll(&e.unwrap()));
+    }
+    let want = if first_id == new_a { &new_b } else { &new_a };
+    assert!(first_id == new_a || first_id == new_b, "{first_id}");
+    assert_eq!(rest, vec![want.clone()], "old: {old_a} {old_b}");
+    // A poll from the time, one event a page: the same two, nothing from before.
+    let page = r.events(filter.clone(), Start::Since(t), 1).await.unwrap();
+    let each = parse_position(page.position.as_deref().unwrap()).unwrap();
+    let page2 = r.events(filter, Start::Each(each), 100).await.unwrap();
+    let mut all: Vec<String> = page.events.iter().map(job_of_poll).collect();
+    all.extend(page2.events.iter().map(job_of_poll));
+    all.sort();
+    let mut want = vec![new_a, new_b];
+    want.sort();
+    assert_eq!(all, want);
+}
+
 fn job_of_poll(e: &crate::events::Event) -> String {
     let v: serde_json::Value = serde_json::from_slice(&e.json()).unwrap();
     v["data"]["job_id"].as_str().unwrap().to_string()

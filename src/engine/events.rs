@@ -70,6 +70,9 @@ pub struct Page {
     pub events: Vec<Event>,
     pub count: usize,
     pub last: u64,
+    /// The first cursor the read considered: the events before it are before the read's
+    /// start (a `Since` start's time, an `After` cursor), so none of them is owed.
+    pub from: u64,
     pub has_more: bool,
     /// A page merged from several partitions' logs (cluster mode): where the next poll
     /// resumes, as a position token (`last` is then meaningless).
@@ -310,6 +313,7 @@ impl Engine {
             events,
             count,
             last,
+            from,
             has_more,
             ..
         } = page;
@@ -325,6 +329,7 @@ impl Engine {
             events: Vec::new(),
             count,
             last,
+            from,
             has_more,
         }));
     }
@@ -411,6 +416,7 @@ impl Engine {
             } else {
                 last
             },
+            from,
             has_more: !at_head,
         })
     }

@@ -242,6 +242,12 @@ impl Reader {
             )
             .await?;
         self.page_end = Some(page.last);
+        // What lies before the read's first cursor is before its start: nothing owed
+        // there (a stream started at a time covers the log up to its first event at or
+        // after the time, events or not).
+        if let Some(before) = page.from.checked_sub(1) {
+            self.done = self.done.max(Some(before));
+        }
         if page.count == 0 {
             // Nothing matched up to `last`: no need to read that stretch again.
             self.done = self.done.max(Some(page.last));
