@@ -91,3 +91,41 @@ fn envelopes_are_the_same_bytes_from_every_path_and_across_kill9() {
     );
     assert_eq!(again["args"], json!(["é\"\\", 1.5, {"n": [1, 2e300]}]));
 }
+
+/// `--job-cache-mb 0`: no job is kept decoded, so every FETCH and ACK reads the job from
+/// the store; what clients see is the same.
+#[test]
+fn without_the_job_cache_jobs_are_read_from_the_store_and_the_same() {
+    let srv = Server::start_with(&["--job-cache-mb", "0"]);
+    let mut c = srv.client();
+    let mut w = srv.worker("w-nocache");
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            push_id(
+                &mut c,
+                &json!({"type": "nc", "queue": "nc", "args": [i, "é"]}),
+            )
+        })
+        .collect();
+    let one = raw(&mut w, "FETCH nc");
+    let v: serde_json::Value = serde_json::from_slice(&one).unwrap();
+    assert_eq!(v["id"], json!(ids[0]));
+    assert_eq!(raw(&mut c, &format!("JOB {}", ids[0])), one);
+    let two: serde_json::Value = serde_json::from_slice(&raw(&mut w, "FETCH nc COUNT 5")).unwrap();
+    let got: Vec<&str> = two
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, [ids[1].as_str(), ids[2].as_str()]);
+    for (i, id) in ids.iter().enumerate() {
+        w.ack(id, Some(&json!({"n": i}))).unwrap();
+        let done: serde_json::Value =
+            serde_json::from_slice(&raw(&mut c, &format!("JOB {id}"))).unwrap();
+        assert_eq!(
+            (&done["state"], &done["result"], &done["args"][1]),
+            (&json!("completed"), &json!({"n": i}), &json!("é"))
+        );
+    }
+}

@@ -109,6 +109,9 @@ pub struct Config {
     /// Bytes of undelivered workflow letters kept in memory; past that they are read
     /// back from the store when relayed (`engine/workflow/outbox.rs`).
     pub outbox_memory: usize,
+    /// Jobs kept decoded for their next FETCH or ACK, by their encoded size
+    /// (`--job-cache-mb`; `txn::JobCache`).
+    pub job_cache_bytes: usize,
 }
 
 /// Default `Config::outbox_memory`.
@@ -147,6 +150,7 @@ impl Default for Config {
             partition: partition::Partition::default(),
             outbox_wake: None,
             outbox_memory: DEFAULT_OUTBOX_MEMORY,
+            job_cache_bytes: txn::CACHE_BYTES,
         }
     }
 }
@@ -341,6 +345,7 @@ pub fn start_with(
     } = shared;
     let store_kind = store.name();
     let max_metric_series = cfg.max_metric_series;
+    let cache = txn::JobCache::sized(cfg.job_cache_bytes);
     let mut engine = Engine {
         store,
         clock: Clock::new(cfg.test_clock),
@@ -364,7 +369,7 @@ pub fn start_with(
         event_prune_behind: false,
         now: Utc::now(),
         rx,
-        cache: Default::default(),
+        cache,
         cron: Default::default(),
         workflows: Default::default(),
         overview: Default::default(),

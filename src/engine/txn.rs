@@ -111,8 +111,9 @@ pub struct JobCache {
     order: VecDeque<(Uuid, u64)>,
     tick: u64,
     cap: usize,
-    /// Encoded bytes of the cached jobs' client parts.
+    /// Encoded bytes of the cached jobs' client parts, and the most kept.
     bytes: usize,
+    max_bytes: usize,
     /// The batch's job map, emptied, lent back and forth with the cache (`Txn::jobs`).
     spare: IdMap<Option<Touched>>,
 }
@@ -123,8 +124,12 @@ const SPARE_MAX: usize = 4096;
 /// Jobs kept decoded: about 2 KiB each with ~300 bytes of args, so ~32 MiB at most.
 pub(super) const CACHE_JOBS: usize = 16_384;
 
-/// Most encoded client bytes kept decoded in all (~4x that in memory).
-const CACHE_BYTES: usize = 16 << 20;
+/// Most encoded client bytes kept decoded in all (~4x that in memory): the default of
+/// `--job-cache-mb`.
+pub const CACHE_BYTES: usize = 16 << 20;
+
+/// Encoded bytes per cached job the job count is sized by (`JobCache::sized`).
+const BYTES_PER_JOB: usize = CACHE_BYTES / CACHE_JOBS;
 
 /// Jobs larger than this (encoded client part) are not cached.
 const CACHE_JOB_MAX_BYTES: usize = 16 << 10;
@@ -143,8 +148,17 @@ impl JobCache {
             tick: 0,
             cap,
             bytes: 0,
+            max_bytes: CACHE_BYTES,
             spare: IdMap::default(),
         }
+    }
+
+    /// A cache of at most `bytes` encoded bytes (`--job-cache-mb`), and one job per KiB of
+    /// them (16 MiB: 16,384 jobs, the default).
+    pub fn sized(bytes: usize) -> JobCache {
+        let mut c = JobCache::with_capacity(bytes / BYTES_PER_JOB);
+        c.max_bytes = bytes;
+        c
     }
 
     fn put(&mut self, id: Uuid, job: Held, parts: Parts) {
@@ -158,7 +172,7 @@ impl JobCache {
             self.bytes -= old.len();
         }
         self.order.push_back((id, self.tick));
-        while self.map.len() > self.cap || self.bytes > CACHE_BYTES {
+        while self.map.len() > self.cap || self.bytes > self.max_bytes {
             let Some((old, tick)) = self.order.pop_front() else {
                 break;
             };
@@ -615,6 +629,34 @@ mod tests {
         assert!(c.bytes <= CACHE_BYTES, "{} bytes cached", c.bytes);
         let counted: usize = c.map.values().map(|(_, _, p)| p.len()).sum();
         assert_eq!(counted, c.bytes);
+    }
+
+    /// `--job-cache-mb`: the byte bound given, and one job per KiB of it.
+    #[test]
+    fn a_sized_cache_holds_its_bytes_and_its_jobs() {
+        let d = JobCache::sized(CACHE_BYTES);
+        assert_eq!((d.cap, d.max_bytes), (CACHE_JOBS, CACHE_BYTES));
+        let mut c = JobCache::sized(8 * 1024);
+        assert_eq!(c.cap, 8);
+        let (_, mut j, _) = job(0);
+        j.args = vec![serde_json::Value::String("x".repeat(3000))];
+        for _ in 0..10 {
+            c.put(
+                Uuid::now_v7(),
+                Held::Full(Box::new(j.clone())),
+                Parts::of(&j),
+            );
+        }
+        assert!(
+            c.bytes <= 8 * 1024 && c.len() == 2,
+            "{} bytes, {} jobs",
+            c.bytes,
+            c.len()
+        );
+        let mut none = JobCache::sized(0);
+        let (id, j, p) = job(1);
+        none.put(id, Held::Full(Box::new(j)), p);
+        assert_eq!(none.len(), 0);
     }
 
     #[test]
