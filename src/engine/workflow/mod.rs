@@ -126,7 +126,7 @@ impl Engine {
     ) -> OjsResult<Out> {
         let cmd = match cmd {
             WorkflowCmd::Outbox { limit } => {
-                let letters = self.outbox_take(limit.clamp(1, outbox::TAKE_MAX));
+                let letters = self.outbox_take(txn, limit.clamp(1, outbox::TAKE_MAX));
                 return Ok(Out::Answer(Ok(Answer::Letters(letters))));
             }
             WorkflowCmd::Delivered(seqs) => {

@@ -179,9 +179,11 @@ impl Engine {
     /// is committed: the answer is sent after the batch it was read in. A letter kept in
     /// the store only is read from it; one that is not there yet (written in the batch
     /// being built) ends the list, so that letters stay in order: the relay, woken by its
-    /// writing, takes it after this batch's commit.
-    pub(in crate::engine) fn outbox_take(&self, limit: usize) -> Vec<Posted> {
+    /// writing, takes it after this batch's commit. One that cannot be decoded is dropped
+    /// (as the rebuild skips it), with a warning.
+    pub(in crate::engine) fn outbox_take(&mut self, txn: &mut Txn, limit: usize) -> Vec<Posted> {
         let mut out = Vec::new();
+        let mut unreadable = Vec::new();
         for (seq, held) in self.workflows.outbox.letters.iter().take(limit) {
             let letter = match &held.letter {
                 Some(l) => l.clone(),
@@ -189,8 +191,9 @@ impl Engine {
                     Ok(Some(v)) => match serde_json::from_slice::<(u32, Letter)>(&v) {
                         Ok((_, l)) => l,
                         Err(e) => {
-                            tracing::warn!(seq, error = %e, "an unreadable outbox letter");
-                            break;
+                            tracing::warn!(seq, error = %e, "an unreadable outbox letter is dropped");
+                            unreadable.push(*seq);
+                            continue;
                         }
                     },
                     Ok(None) => break,
@@ -206,6 +209,7 @@ impl Engine {
                 letter,
             });
         }
+        self.outbox_delivered(txn, &unreadable);
         out
     }
 
