@@ -526,14 +526,11 @@ async fn events_of_one_partitions_queues_and_metrics_of_all() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_over_every_partition_merges_their_logs_and_resumes_from_its_position() {
-    use crate::events::{parse_position, EventFilter, Start};
+    use crate::events::{parse_position, Start};
     let n = node();
     let r = &n.router;
     let (qa, qb) = two_queues();
-    let filter = EventFilter {
-        event_types: vec!["job.enqueued".into()],
-        ..Default::default()
-    };
+    let filter = enqueued_only();
     // Started live: what is pushed from now on, from both partitions.
     let mut live = r.subscription(filter.clone(), Start::Live);
     live.open().await.unwrap();
@@ -618,14 +615,11 @@ async fn a_stream_over_every_partition_merges_their_logs_and_resumes_from_its_po
 /// the other partition's events from the time on, never those from before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_started_at_a_time_resumes_without_the_events_before_it() {
-    use crate::events::{parse_position, EventFilter, Start};
+    use crate::events::{parse_position, Start};
     let n = node();
     let r = &n.router;
     let (qa, qb) = two_queues();
-    let filter = EventFilter {
-        event_types: vec!["job.enqueued".into()],
-        ..Default::default()
-    };
+    let filter = enqueued_only();
     let old_a = push(r, &qa).await;
     let old_b = push(r, &qb).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -660,6 +654,14 @@ async fn a_stream_started_at_a_time_resumes_without_the_events_before_it() {
     let mut want = vec![new_a, new_b];
     want.sort();
     assert_eq!(all, want);
+}
+
+/// A filter of `job.enqueued` events only.
+fn enqueued_only() -> crate::events::EventFilter {
+    crate::events::EventFilter {
+        event_types: vec!["job.enqueued".into()],
+        ..Default::default()
+    }
 }
 
 fn job_of_poll(e: &crate::events::Event) -> String {
