@@ -12,14 +12,15 @@
 //! idle node's lone sync commits at once, as before; under load the requests that queue
 //! up behind one commit share the next.
 //!
-//! The round's transaction fences every partition in it at once:
-//! `SELECT part FROM ojs_partitions WHERE (part, epoch) IN (unnest(...)) ORDER BY part FOR
-//! SHARE`. A request whose partition is missing from the answer is fenced: it gets
-//! [`StoreError::Fenced`] (its store then refuses writes for good, as a single sync's
-//! fence did) and its ops are left out; the others commit in the same transaction with
-//! one `DELETE ... USING unnest(part[], space[], key[])` and one `INSERT ... SELECT
-//! unnest(part[], space[], key[], value[]) ON CONFLICT DO UPDATE`, rows sorted by (part,
-//! space, key) so that concurrent transactions lock alike. Any other failure is every
+//! The round is ONE statement, its own transaction (one round trip): it fences every
+//! partition in it at once (`live`: `SELECT part FROM ojs_partitions WHERE (part, epoch) IN
+//! (unnest(...)) ORDER BY part FOR SHARE`), and a request whose partition is missing from
+//! the answer is fenced: it gets [`StoreError::Fenced`] (its store then refuses writes for
+//! good, as a single sync's fence did) and its ops are left out (`... WHERE part IN (SELECT
+//! part FROM live)`); the others commit in the same statement with one `DELETE ... USING
+//! unnest(part[], space[], key[])` and one `INSERT ... SELECT unnest(part[], space[],
+//! key[], value[]) ON CONFLICT DO UPDATE`, rows sorted by (part, space, key) so that
+//! concurrent transactions lock alike. Any other failure is every
 //! request's: `Unavailable` (PostgreSQL away; each store puts its batches back as pending)
 //! or a statement refused. What a store does after its commit (overlay, read cache,
 //! `unsynced`) it still does itself, under its own locks; and since a store holds its
@@ -74,9 +75,8 @@ pub(super) struct CommitQueue {
 }
 
 struct CommitSql {
-    fence: String,
-    delete: String,
-    upsert: String,
+    /// The whole round: fence, deletes and upserts (see `transaction`).
+    round: String,
 }
 
 impl CommitQueue {
@@ -87,20 +87,24 @@ impl CommitQueue {
             done: Condvar::new(),
             rounds: AtomicU64::new(0),
             sql: CommitSql {
-                fence: format!(
-                    "SELECT part FROM {s}.ojs_partitions \
-                     WHERE (part, epoch) IN (SELECT * FROM unnest($1::int[], $2::bigint[])) \
-                     ORDER BY part FOR SHARE"
-                ),
-                delete: format!(
-                    "DELETE FROM {s}.ojs_kv k \
-                     USING unnest($1::int[], $2::int2[], $3::bytea[]) AS d(part, space, key) \
-                     WHERE k.part = d.part AND k.space = d.space AND k.key = d.key"
-                ),
-                upsert: format!(
-                    "INSERT INTO {s}.ojs_kv (part, space, key, value) \
-                     SELECT * FROM unnest($1::int[], $2::int2[], $3::bytea[], $4::bytea[]) \
-                     ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value"
+                round: format!(
+                    "WITH live AS (\
+                       SELECT part FROM {s}.ojs_partitions \
+                       WHERE (part, epoch) IN (SELECT * FROM unnest($1::int[], $2::bigint[])) \
+                       ORDER BY part FOR SHARE), \
+                     gone AS (\
+                       DELETE FROM {s}.ojs_kv k \
+                       USING unnest($3::int[], $4::int2[], $5::bytea[]) AS d(part, space, key) \
+                       WHERE k.part = d.part AND k.space = d.space AND k.key = d.key \
+                         AND d.part IN (SELECT part FROM live)), \
+                     put AS (\
+                       INSERT INTO {s}.ojs_kv (part, space, key, value) \
+                       SELECT u.part, u.space, u.key, u.value \
+                       FROM unnest($6::int[], $7::int2[], $8::bytea[], $9::bytea[]) \
+                         AS u(part, space, key, value) \
+                       WHERE u.part IN (SELECT part FROM live) \
+                       ON CONFLICT (part, space, key) DO UPDATE SET value = EXCLUDED.value) \
+                     SELECT part FROM live"
                 ),
             },
         }
@@ -179,24 +183,22 @@ impl CommitQueue {
     }
 
     /// Whether each request was fenced; `Err` when the round failed whole.
+    ///
+    /// One statement, so one round trip, in a transaction of its own (PostgreSQL commits
+    /// a statement sent outside `BEGIN` when it ends, durably with `synchronous_commit`
+    /// on): the fence (`live`: the round's partitions whose epoch is still the one held,
+    /// share-locked in partition order, so a takeover's epoch bump waits for this commit
+    /// or, if it committed first, leaves the partition out), then the deletes and upserts
+    /// of the live partitions' requests only. It was BEGIN, the fence, DELETE, INSERT
+    /// and COMMIT, five round trips, each a wake-up of PostgreSQL and of this side.
     async fn transaction(&self, core: &NodeCore, round: &[Arc<Slot>]) -> StoreResult<Vec<bool>> {
-        let mut client = core.ctx.pool.get().await.map_err(pool_err)?;
-        let tx = client.transaction().await.map_err(err)?;
+        let client = core.ctx.pool.get().await.map_err(pool_err)?;
         let parts: Vec<i32> = round.iter().map(|s| s.req.lease.part).collect();
         let epochs: Vec<i64> = round.iter().map(|s| s.req.lease.epoch).collect();
-        let st = tx.prepare_cached(&self.sql.fence).await.map_err(err)?;
-        let live: Vec<i32> = tx
-            .query(&st, &[&parts, &epochs])
-            .await
-            .map_err(err)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let fenced: Vec<bool> = parts.iter().map(|p| !live.contains(p)).collect();
-        // Live requests by partition (each sorted by (space, key) already), so that the
-        // rows go in (part, space, key) order. Two requests of one partition cannot both be
-        // live: one epoch per partition passes the fence.
-        let mut order: Vec<usize> = (0..round.len()).filter(|&i| !fenced[i]).collect();
+        // Requests by partition (each sorted by (space, key) already), so that the rows go
+        // in (part, space, key) order. Two requests of one partition cannot both be live:
+        // one epoch per partition passes the fence.
+        let mut order: Vec<usize> = (0..round.len()).collect();
         order.sort_by_key(|&i| parts[i]);
         let (mut del_p, mut del_s, mut del_k) = (vec![], vec![], vec![]);
         let (mut put_p, mut put_s, mut put_k, mut put_v) = (vec![], vec![], vec![], vec![]);
@@ -217,25 +219,23 @@ impl CommitQueue {
                 }
             }
         }
-        if order.is_empty() {
-            let _ = tx.rollback().await;
-            return Ok(fenced);
+        let st = client.prepare_cached(&self.sql.round).await.map_err(err)?;
+        let live: Vec<i32> = client
+            .query(
+                &st,
+                &[
+                    &parts, &epochs, &del_p, &del_s, &del_k, &put_p, &put_s, &put_k, &put_v,
+                ],
+            )
+            .await
+            .map_err(err)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if !live.is_empty() {
+            self.rounds.fetch_add(1, Ordering::Relaxed);
         }
-        if !del_p.is_empty() {
-            let st = tx.prepare_cached(&self.sql.delete).await.map_err(err)?;
-            tx.execute(&st, &[&del_p, &del_s, &del_k])
-                .await
-                .map_err(err)?;
-        }
-        if !put_p.is_empty() {
-            let st = tx.prepare_cached(&self.sql.upsert).await.map_err(err)?;
-            tx.execute(&st, &[&put_p, &put_s, &put_k, &put_v])
-                .await
-                .map_err(err)?;
-        }
-        tx.commit().await.map_err(err)?;
-        self.rounds.fetch_add(1, Ordering::Relaxed);
-        Ok(fenced)
+        Ok(parts.iter().map(|p| !live.contains(p)).collect())
     }
 
     /// Transactions committed so far.
