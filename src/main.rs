@@ -86,9 +86,11 @@ struct Args {
     fetch_wait_ms: u64,
     /// Sync each group commit on a second thread while the engine applies the next batch
     /// (true), or sync on the engine thread (false). Replies wait for their own batch to
-    /// be durable either way.
-    #[arg(long, env = "OJSD_COMMIT_PIPELINE", default_value_t = false, action = clap::ArgAction::Set)]
-    commit_pipeline: bool,
+    /// be durable either way. Default: true with `--store postgres` (a sync is a round
+    /// trip to the database, which the engine need not wait out), false with the
+    /// embedded stores (bench/RESULTS.md: no gain there).
+    #[arg(long, env = "OJSD_COMMIT_PIPELINE", action = clap::ArgAction::Set)]
+    commit_pipeline: Option<bool>,
     /// Most bytes of unfinished jobs (encoded envelopes) held at once; a PUSH past it is
     /// refused with QUEUE_FULL. 0 = no limit.
     #[arg(long, env = "OJSD_MAX_QUEUED_BYTES", default_value_t = engine::DEFAULT_MAX_QUEUED_BYTES)]
@@ -491,7 +493,9 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         fetch_wait: Duration::from_millis(args.fetch_wait_ms),
         test_clock: args.test_clock,
         max_queued_bytes: args.max_queued_bytes,
-        commit_pipeline: args.commit_pipeline,
+        commit_pipeline: args
+            .commit_pipeline
+            .unwrap_or(args.store == StoreKind::Postgres),
         max_queues: args.max_queues,
         max_metric_series: args.max_metric_series,
         compact_after_deletes: args.compact_after_deletes,
