@@ -152,11 +152,13 @@ struct Args {
     /// Cache of the embedded database (fjall's block cache, sled's page cache), MiB.
     #[arg(long, env = "OJSD_CACHE_MB", default_value_t = DEFAULT_CACHE_MB)]
     cache_mb: u64,
-    /// Jobs kept decoded in memory for their FETCH and ACK, MiB of their encoded size
-    /// (about 4x that in memory; one job per KiB of it at most). Larger costs memory and
-    /// saves CPU when workers fall behind producers: 64 gave 12-30% more jobs/s in batch
-    /// mode and +245 MiB of RSS with 1,000,000 jobs queued (bench/RESULTS.md, round 11).
-    #[arg(long, env = "OJSD_JOB_CACHE_MB", default_value_t = 16)]
+    /// Jobs kept in memory for their FETCH and ACK, MiB of their encoded size (about 1.5x
+    /// that in memory for the usual job, kept lean; 4x for one with attributes OJS does
+    /// not define, kept decoded; one job per KiB of it at most). Larger costs memory and
+    /// saves CPU when workers fall behind producers: 64 against 16 gave 6-37% more jobs/s
+    /// in batch mode and +74 MiB of RSS with 1,000,000 jobs queued (bench/RESULTS.md,
+    /// round 12).
+    #[arg(long, env = "OJSD_JOB_CACHE_MB", default_value_t = 64)]
     job_cache_mb: u64,
     /// Log filter: off, error, warn, info, debug, trace, or tracing directives that each
     /// name a level (`warn,ojsd::server=debug`).

@@ -50,7 +50,12 @@ fn a_job_pushed_behind_a_backlog_deeper_than_the_cache_is_not_cached() {
     let dir = tempfile::tempdir().unwrap();
     let store = Wrapped::new(crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap());
     let job_reads = store.job_reads.clone();
-    let (handle, thread) = start(Box::new(store), Config::default()).unwrap();
+    // A small cache, so that a backlog deeper than it is quick to push.
+    let cfg = Config {
+        job_cache_bytes: super::CACHE_BYTES / 4,
+        ..Config::default()
+    };
+    let (handle, thread) = start(Box::new(store), cfg).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -69,7 +74,7 @@ fn a_job_pushed_behind_a_backlog_deeper_than_the_cache_is_not_cached() {
 
     // Behind a backlog as deep as the cache: not cached. (A higher priority makes it the
     // next job out, although it was pushed last.)
-    let deep = super::CACHE_JOBS;
+    let deep = super::CACHE_JOBS / 4;
     for _ in 0..deep / 1024 {
         let jobs = (0..1024).map(|_| new_job("deep", 0)).collect();
         assert!(call(Command::PushBatch(jobs)).unwrap().is_ok());

@@ -10,7 +10,7 @@
 //! are read from the decoded job). Anything else a batch does to a lean job decodes it
 //! first (`Txn::job_mut` and friends), from the same records, so both paths see one job.
 
-use super::record::state::{OwnedState, StateRecord};
+use super::record::state::{decode_state, encode_state, OwnedState, StateRecord};
 use super::record::JobRecord;
 use crate::error::OjsResult;
 use crate::events::JobFields;
@@ -83,6 +83,25 @@ impl Lean {
             job_type: peek.job_type.into_owned(),
             queue: rec.queue.to_owned(),
             trace_id,
+        })
+    }
+
+    /// A decoded job as its records would load lean (`of`), for the decoded-job cache to
+    /// keep at a fraction of the memory; `None` when it would not load lean (attributes OJS
+    /// does not define: `parts.extra` not empty).
+    pub fn of_job(job: &Job, parts: &Parts) -> Option<Lean> {
+        if !parts.extra().is_empty() {
+            return None;
+        }
+        let state = encode_state(0, job);
+        let st = decode_state(&state)?;
+        Some(Lean {
+            st: OwnedState::of(&st),
+            created: job.created_at,
+            id: job.id.clone(),
+            job_type: job.job_type.clone(),
+            queue: job.queue.clone(),
+            trace_id: job.trace_id().map(str::to_owned),
         })
     }
 
@@ -283,8 +302,8 @@ mod tests {
         steps
     }
 
-    #[test]
-    fn lean_and_decoded_transitions_write_and_show_the_same_job() {
+    /// Jobs the hot path sees: trace ids both ways, a priority, a retried one.
+    fn typical_jobs() -> Vec<(Uuid, Job)> {
         let base = json!({
             "specversion": "1.0.0-rc.1", "type": "email.send", "queue": "mail",
             "args": ["user@example.com", {"template": "welcome", "locale": "en"}],
@@ -298,6 +317,7 @@ mod tests {
             json!({"meta": {}, "attempt": 2, "error": {"message": "boom"},
                    "errors": [{"message": "boom", "attempt": 1}], "timeout": 30}),
         ];
+        let mut jobs = Vec::new();
         for v in variants {
             let id = Uuid::now_v7();
             let mut envelope = base.clone();
@@ -305,15 +325,45 @@ mod tests {
             for (k, x) in v.as_object().unwrap() {
                 envelope[k] = x.clone();
             }
-            let job: Job = serde_json::from_value(envelope).unwrap();
+            jobs.push((id, serde_json::from_value(envelope).unwrap()));
+        }
+        jobs
+    }
+
+    #[test]
+    fn lean_and_decoded_transitions_write_and_show_the_same_job() {
+        for (id, job) in typical_jobs() {
+            let v = &job.meta;
             let (_a, mut decoded) = store_with(&job, id);
             let (_b, mut lean) = store_with(&job, id);
             let want = run(&mut decoded, id, false);
-            assert_eq!(run(&mut lean, id, true), want, "job {v}");
+            assert_eq!(run(&mut lean, id, true), want, "job {v:?}");
             // And what a reader decodes afterwards is the same job.
             let read = |s: &FjallStore| super::super::stored::read_job(s, id).unwrap().unwrap();
             assert_eq!(read(&lean), read(&decoded));
             assert_eq!(read(&lean).state, State::Completed);
+        }
+    }
+
+    /// The cache keeps a pushed job lean (`Lean::of_job`): it must be the job its records
+    /// load lean as, and decode to the job itself.
+    #[test]
+    fn a_decoded_job_made_lean_is_the_job_its_records_load_as() {
+        for (id, job) in typical_jobs() {
+            let parts = Parts::of(&job);
+            let mine = Lean::of_job(&job, &parts).expect("a job OJS defines whole is lean");
+            let (_d, store) = store_with(&job, id);
+            let Some(super::super::stored::Loaded::Lean(stored, stored_parts)) =
+                super::super::stored::load_lean(&store, id).unwrap()
+            else {
+                panic!("job {}: its records do not load lean", job.id);
+            };
+            // The sequence number is the batch's, set when the state record is written.
+            let mut stored = *stored;
+            stored.st.seq = mine.st.seq;
+            assert_eq!(mine, stored, "job {}", job.id);
+            assert_eq!(parts, stored_parts);
+            assert_eq!(mine.decode(&parts).unwrap(), job);
         }
     }
 

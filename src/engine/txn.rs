@@ -47,6 +47,19 @@ impl Held {
         }
     }
 
+    /// What the cache keeps of it: lean where the job's records would load lean (a decoded
+    /// job's `Value` trees cost ~4x its encoded size; the hot path's claim and ACK work on
+    /// a lean job, and anything else decodes it again from the same parts).
+    fn for_cache(self, parts: &Parts) -> Held {
+        match self {
+            Held::Full(j) => match Lean::of_job(&j, parts) {
+                Some(l) => Held::Lean(Box::new(l)),
+                None => Held::Full(j),
+            },
+            lean => lean,
+        }
+    }
+
     fn is_terminal(&self) -> bool {
         match self {
             Held::Full(j) => j.state.is_terminal(),
@@ -121,12 +134,14 @@ pub struct JobCache {
 /// A batch map larger than this (a bulk action's) is not kept for the next batch.
 const SPARE_MAX: usize = 4096;
 
-/// Jobs kept decoded: about 2 KiB each with ~300 bytes of args, so ~32 MiB at most.
-pub(super) const CACHE_JOBS: usize = 16_384;
+/// Jobs kept: one per KiB of `CACHE_BYTES`.
+pub(super) const CACHE_JOBS: usize = 65_536;
 
-/// Most encoded client bytes kept decoded in all (~4x that in memory): the default of
-/// `--job-cache-mb`.
-pub const CACHE_BYTES: usize = 16 << 20;
+/// Most encoded client bytes kept in all: the default of `--job-cache-mb`. A job that
+/// would load lean is kept lean (its parts and a few fields, ~1.5x its encoded size in
+/// memory; a decoded one took ~4x): 64 MiB of them did 6-37% more jobs/s than 16 in
+/// batch mode for +74 MiB of RSS with 1,000,000 queued (bench/RESULTS.md, round 12).
+pub const CACHE_BYTES: usize = 64 << 20;
 
 /// Encoded bytes per cached job the job count is sized by (`JobCache::sized`).
 const BYTES_PER_JOB: usize = CACHE_BYTES / CACHE_JOBS;
@@ -442,7 +457,7 @@ impl Txn {
                     if job.is_terminal() || !keep {
                         self.cache.remove(id);
                     } else {
-                        self.cache.put(id, job, parts);
+                        self.cache.put(id, job.for_cache(&parts), parts);
                     }
                 }
                 None => {
