@@ -548,6 +548,11 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
             opts.peer_addr = peer_addr.map(|a| a.to_string());
             opts.read_cache_bytes = args.postgres_cache_mb.saturating_mul(1024 * 1024);
             opts.partitions = args.partitions;
+            opts.commits_in_flight = if cfg.commit_pipeline {
+                store::IN_FLIGHT_PIPELINED
+            } else {
+                store::IN_FLIGHT_INLINE
+            };
             let r = router.clone();
             opts.standby = Some(store::StandbyHooks {
                 holder: Arc::new(move |owner, addr| r.set_holder(owner, addr)),

@@ -33,6 +33,7 @@ mod sled_store;
 pub(crate) mod conformance;
 
 pub use fjall_store::FjallStore;
+pub use postgres_commit::{IN_FLIGHT_INLINE, IN_FLIGHT_PIPELINED};
 pub use postgres_node::PgNode;
 pub use postgres_store::PostgresStore;
 pub use sled_store::SledStore;
@@ -548,6 +549,9 @@ pub struct PostgresOptions {
     pub standby: Option<StandbyHooks>,
     /// Bytes of committed records the store keeps in memory to answer reads (0: none).
     pub read_cache_bytes: u64,
+    /// Commit rounds a node keeps in flight at once: `IN_FLIGHT_PIPELINED` when its
+    /// engines commit pipelined, else `IN_FLIGHT_INLINE` (`postgres_commit.rs`).
+    pub commits_in_flight: usize,
 }
 
 impl PostgresOptions {
@@ -569,6 +573,7 @@ impl PostgresOptions {
             peer_addr: None,
             standby: None,
             read_cache_bytes: postgres_cache::READ_CACHE_BYTES,
+            commits_in_flight: postgres_commit::IN_FLIGHT_INLINE,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! Each store's [`Shared::sync`](super::postgres_store) folds its pending batches into
 //! their net effect as before and hands it, with its lease (partition and epoch), to the
 //! node's [`CommitQueue`] (in `NodeCtx`, shared by all the node's stores). Leader and
-//! followers: the request is queued; when fewer than `MAX_IN_FLIGHT` commits are in
+//! followers: the request is queued; when fewer than `in_flight` commits are in
 //! flight, its caller becomes a committer, takes every request queued and commits them
 //! together; otherwise it waits for a commit in flight to finish, and then either its
 //! request was taken by another committer (which sets its outcome) or it is among the
@@ -50,11 +50,15 @@ struct Slot {
     taken: std::sync::atomic::AtomicBool,
 }
 
-/// Rounds in flight at once: while one waits for PostgreSQL's commit, the syncs queued
-/// behind it go as a second transaction instead of waiting for the first (two
-/// transactions of one node never touch the same rows: a store has at most one request
-/// queued, and every partition's rows are its own).
-const MAX_IN_FLIGHT: usize = 2;
+/// Rounds in flight at once when the engines sync inline (`--commit-pipeline false`):
+/// while one waits for PostgreSQL's commit, the syncs queued behind it go as a second
+/// transaction instead of waiting for the first, so a blocked engine waits for one commit,
+/// not two (two transactions of one node never touch the same rows: a store has at most
+/// one request queued, and every partition's rows are its own). Pipelined engines go on
+/// applying while their sync waits, so there one round at a time groups twice the syncs
+/// per transaction and did more jobs/s (bench/RESULTS.md, round 12).
+pub const IN_FLIGHT_INLINE: usize = 2;
+pub const IN_FLIGHT_PIPELINED: usize = 1;
 
 #[derive(Default)]
 struct State {
@@ -72,6 +76,8 @@ pub(super) struct CommitQueue {
     sql: CommitSql,
     /// Transactions committed (rounds that got as far as their COMMIT).
     rounds: AtomicU64,
+    /// Rounds in flight at once, at most (`IN_FLIGHT_*`).
+    max_in_flight: usize,
 }
 
 struct CommitSql {
@@ -80,9 +86,10 @@ struct CommitSql {
 }
 
 impl CommitQueue {
-    /// `s`: the quoted schema.
-    pub(super) fn new(s: &str) -> CommitQueue {
+    /// `s`: the quoted schema; `in_flight`: rounds at once (at least 1).
+    pub(super) fn new(s: &str, in_flight: usize) -> CommitQueue {
         CommitQueue {
+            max_in_flight: in_flight.max(1),
             state: Mutex::new(State::default()),
             done: Condvar::new(),
             rounds: AtomicU64::new(0),
@@ -127,7 +134,7 @@ impl CommitQueue {
             if let Some(r) = slot.outcome.lock().unwrap().take() {
                 return r;
             }
-            if !slot.taken.load(Ordering::Relaxed) && st.in_flight < MAX_IN_FLIGHT {
+            if !slot.taken.load(Ordering::Relaxed) && st.in_flight < self.max_in_flight {
                 break;
             }
             st = self.done.wait(st).unwrap();

@@ -419,7 +419,7 @@ impl PgNode {
             &opts.node,
             opts.lease_ttl,
         ));
-        let commits = CommitQueue::new(&s);
+        let commits = CommitQueue::new(&s, opts.commits_in_flight);
         let ctx = Arc::new(NodeCtx {
             pool,
             sql,
