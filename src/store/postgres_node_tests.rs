@@ -409,11 +409,22 @@ fn commit_together(stores: &mut [PostgresStore], key: &[u8]) -> Vec<StoreResult<
 /// then, left to themselves, many concurrent syncs still share transactions.
 #[test]
 fn concurrent_syncs_of_a_nodes_partitions_share_a_transaction() {
+    share_a_transaction(super::super::IN_FLIGHT_INLINE);
+}
+
+/// The same with one round in flight at a time (engines that commit pipelined).
+#[test]
+fn concurrent_syncs_share_a_transaction_with_one_round_in_flight() {
+    share_a_transaction(super::super::IN_FLIGHT_PIPELINED);
+}
+
+fn share_a_transaction(in_flight: usize) {
     if skipped() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let opts = options(dir.path(), "node-a", 4).unwrap();
+    let mut opts = options(dir.path(), "node-a", 4).unwrap();
+    opts.commits_in_flight = in_flight;
     let sch = opts.schema.clone();
     let a = PgNode::open(&opts).unwrap();
     let mut stores: Vec<PostgresStore> = (0..4).map(|p| a.take(p).unwrap().unwrap()).collect();
@@ -455,7 +466,7 @@ fn concurrent_syncs_of_a_nodes_partitions_share_a_transaction() {
         ));
         assert_eq!(rows[0].get::<_, i64>(0), 50, "partition {}", s.part());
     }
-    eprintln!("200 concurrent syncs in {rounds} transactions");
+    eprintln!("200 concurrent syncs in {rounds} transactions ({in_flight} in flight)");
 }
 
 fn hex(b: &[u8]) -> String {
