@@ -97,7 +97,8 @@ impl Lean {
         let st = decode_state(&state)?;
         Some(Lean {
             st: OwnedState::of(&st),
-            created: job.created_at,
+            // As the job record keeps it (`JobRecord::created`): whole microseconds.
+            created: DateTime::from_timestamp_micros(job.created_at.timestamp_micros())?,
             id: job.id.clone(),
             job_type: job.job_type.clone(),
             queue: job.queue.clone(),

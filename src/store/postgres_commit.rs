@@ -227,6 +227,9 @@ impl CommitQueue {
             }
         }
         let st = client.prepare_cached(&self.sql.round).await.map_err(err)?;
+        // Durable when this returns: the rows' stream ends at ReadyForQuery, which the
+        // server sends after the Sync that commits the statement's implicit transaction
+        // (and a commit that fails is an ErrorResponse before it).
         let live: Vec<i32> = client
             .query(
                 &st,
