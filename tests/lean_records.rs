@@ -92,7 +92,7 @@ fn envelopes_are_the_same_bytes_from_every_path_and_across_kill9() {
     assert_eq!(again["args"], json!(["é\"\\", 1.5, {"n": [1, 2e300]}]));
 }
 
-/// `--job-cache-mb 0`: no job is kept decoded, so every FETCH and ACK reads the job from
+/// `--job-cache-mb 0`: no job is kept in memory, so every FETCH and ACK reads the job from
 /// the store; what clients see is the same.
 #[test]
 fn without_the_job_cache_jobs_are_read_from_the_store_and_the_same() {

@@ -1,4 +1,4 @@
-//! Which new jobs the decoded-job cache keeps: one that may be fetched soon, not one pushed
+//! Which new jobs the job cache keeps: one that may be fetched soon, not one pushed
 //! behind more available jobs than the cache holds (it would be evicted unread). Seen
 //! through the store: a cached job's FETCH reads no job record.
 

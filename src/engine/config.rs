@@ -49,7 +49,8 @@ pub struct Config {
     /// Bytes of undelivered workflow letters kept in memory; past that they are read
     /// back from the store when relayed (`engine/workflow/outbox.rs`).
     pub outbox_memory: usize,
-    /// Jobs kept decoded for their next FETCH or ACK, by their encoded size
+    /// Jobs kept in memory (lean where they can be) for their next FETCH or ACK, by their
+    /// encoded size
     /// (`--job-cache-mb`; `txn::JobCache`).
     pub job_cache_bytes: usize,
 }

@@ -86,7 +86,7 @@ impl Lean {
         })
     }
 
-    /// A decoded job as its records would load lean (`of`), for the decoded-job cache to
+    /// A decoded job as its records would load lean (`of`), for the job cache to
     /// keep at a fraction of the memory; `None` when it would not load lean (attributes OJS
     /// does not define: `parts.extra` not empty).
     pub fn of_job(job: &Job, parts: &Parts) -> Option<Lean> {

@@ -103,7 +103,7 @@ pub struct Txn {
     /// `None` marks a deletion. Taken from the cache's spare map, so that a batch does
     /// not grow a fresh one from nothing (its rehashes were ~5% of the engine's time).
     jobs: IdMap<Option<Touched>>,
-    /// The engine's decoded-job cache, lent to the batch: jobs are taken from it on first
+    /// The engine's job cache, lent to the batch: jobs are taken from it on first
     /// touch and put back when the batch is sealed.
     pub cache: JobCache,
     pub batch: Batch,
