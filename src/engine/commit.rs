@@ -50,6 +50,8 @@ const MAX_UNSYNCED: usize = 8;
 /// put back if its connection went away.
 struct Group {
     no: u64,
+    /// The store's mark after the group's batch (`Store::written`).
+    mark: u64,
     replies: Vec<(oneshot::Sender<Answered>, Answered, Vec<Uuid>)>,
 }
 
@@ -127,9 +129,12 @@ fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: Sender<Ms
         let mut groups = vec![first];
         groups.extend(rx.try_iter());
         let upto = groups.last().map_or(0, |g| g.no);
+        let mark = groups.iter().map(|g| g.mark).max().unwrap_or(0);
         let mut away = None;
         if failed.is_none() {
-            match syncer.sync() {
+            // Only these groups' writes: what the engine wrote since may already be in
+            // the commit that made them durable, or wait for the next sync.
+            match syncer.sync_to(mark) {
                 Ok(()) => {}
                 Err(e @ StoreError::Unavailable(_)) => away = Some(e),
                 Err(e) => {
@@ -294,9 +299,15 @@ impl Engine {
             p.unpublished
                 .push_back((no, std::mem::take(&mut txn.events)));
         }
-        let sent =
-            p.tx.as_ref()
-                .map(|tx| tx.send(Group { no, replies: later }).is_ok());
+        let mark = self.store.written();
+        let sent = p.tx.as_ref().map(|tx| {
+            tx.send(Group {
+                no,
+                mark,
+                replies: later,
+            })
+            .is_ok()
+        });
         if sent != Some(true) {
             return Err(StoreError::Backend("the syncer thread is gone".into()));
         }

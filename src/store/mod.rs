@@ -299,6 +299,11 @@ pub trait Store: Send + Sync {
     /// A handle with which another thread makes every write so far durable, so the writer
     /// can apply its next batch while the last one is being synced.
     fn syncer(&self) -> StoreResult<Box<dyn Syncer>>;
+    /// A mark of the writes so far, for [`Syncer::sync_to`]: 0 where the store keeps none
+    /// (its syncer then syncs every time).
+    fn written(&self) -> u64 {
+        0
+    }
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
     /// Visit every record of a space in key order; the callback gets the key without prefix.
     fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()>;
@@ -403,6 +408,13 @@ pub trait Compactor: Send {
 pub trait Syncer: Send {
     /// Make every write that returned before this call durable.
     fn sync(&mut self) -> StoreResult<()>;
+    /// Make the writes up to `mark` (a [`Store::written`] taken after them) durable; Ok at
+    /// once if an earlier sync already did, even with newer writes pending. A store that
+    /// keeps no marks syncs.
+    fn sync_to(&mut self, mark: u64) -> StoreResult<()> {
+        let _ = mark;
+        self.sync()
+    }
 }
 
 /// The data directory's record of which store wrote it: one line, `<store> <format>`.

@@ -1,9 +1,12 @@
 //! Group commit across a node's partitions: the syncs of the partition stores a node holds
 //! that come at about the same time commit in ONE transaction.
 //!
-//! Each store's [`Shared::sync`](super::postgres_store) folds its pending batches into
-//! their net effect as before and hands it, with its lease (partition and epoch), to the
-//! node's [`CommitQueue`] (in `NodeCtx`, shared by all the node's stores). Leader and
+//! Each store's [`Shared::sync`](super::postgres_store) hands a request, with its lease
+//! (partition and epoch), to the node's [`CommitQueue`] (in `NodeCtx`, shared by all the
+//! node's stores); the committer of the round that carries it takes the store's pending
+//! batches, folded into their net effect, when the round starts ([`Source::take`]), so
+//! that what the store's engine wrote while the request waited behind the round in flight
+//! commits with it (and that batch's own sync then finds it durable). Leader and
 //! followers: the request is queued; when fewer than `in_flight` commits are in
 //! flight, its caller becomes a committer, takes every request queued and commits them
 //! together; otherwise it waits for a commit in flight to finish, and then either its
@@ -35,11 +38,22 @@ use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// One store's sync: its lease and its net ops, sorted by (space, key), each a value or a
-/// tombstone.
+/// A store's net ops: (space, key, value or tombstone), sorted by (space, key).
+pub(super) type Ops = Vec<(i16, Vec<u8>, Option<Bytes>)>;
+
+/// Where a request's writes come from: taken when its round starts, not when the request
+/// was queued, so that a store's writes made while its request waits for the round in
+/// flight go in the same transaction.
+pub(super) trait Source: Send + Sync {
+    /// The store's writes to commit now: net ops sorted by (space, key), each a value or
+    /// a tombstone. Called once per request, by the committer of its round.
+    fn take(&self) -> Ops;
+}
+
+/// One store's sync: its lease and where its writes come from.
 pub(super) struct Request {
     pub(super) lease: Arc<Lease>,
-    pub(super) ops: Vec<(i16, Vec<u8>, Option<Bytes>)>,
+    pub(super) source: Arc<dyn Source>,
 }
 
 struct Slot {
@@ -173,7 +187,8 @@ impl CommitQueue {
     /// One transaction for `round`: each request's outcome, in order (or the error of the
     /// whole round, which is every request's).
     fn commit(&self, core: &NodeCore, round: &[Arc<Slot>]) -> Vec<StoreResult<()>> {
-        match core.block_on(timed("a commit", self.transaction(core, round))) {
+        let ops: Vec<_> = round.iter().map(|s| s.req.source.take()).collect();
+        match core.block_on(timed("a commit", self.transaction(core, round, &ops))) {
             Ok(fenced) => round
                 .iter()
                 .zip(fenced)
@@ -198,7 +213,12 @@ impl CommitQueue {
     /// or, if it committed first, leaves the partition out), then the deletes and upserts
     /// of the live partitions' requests only. It was BEGIN, the fence, DELETE, INSERT
     /// and COMMIT, five round trips, each a wake-up of PostgreSQL and of this side.
-    async fn transaction(&self, core: &NodeCore, round: &[Arc<Slot>]) -> StoreResult<Vec<bool>> {
+    async fn transaction(
+        &self,
+        core: &NodeCore,
+        round: &[Arc<Slot>],
+        ops: &[Ops],
+    ) -> StoreResult<Vec<bool>> {
         let client = core.ctx.pool.get().await.map_err(pool_err)?;
         let parts: Vec<i32> = round.iter().map(|s| s.req.lease.part).collect();
         let epochs: Vec<i64> = round.iter().map(|s| s.req.lease.epoch).collect();
@@ -210,7 +230,7 @@ impl CommitQueue {
         let (mut del_p, mut del_s, mut del_k) = (vec![], vec![], vec![]);
         let (mut put_p, mut put_s, mut put_k, mut put_v) = (vec![], vec![], vec![], vec![]);
         for &i in &order {
-            for (space, key, value) in &round[i].req.ops {
+            for (space, key, value) in &ops[i] {
                 match value {
                     Some(v) => {
                         put_p.push(parts[i]);
@@ -252,6 +272,12 @@ impl CommitQueue {
     #[cfg(test)]
     pub(super) fn rounds(&self) -> u64 {
         self.rounds.load(Ordering::SeqCst)
+    }
+
+    /// Test hook: requests queued and not yet taken by a round.
+    #[cfg(test)]
+    pub(super) fn queued_for_test(&self) -> usize {
+        self.state.lock().unwrap().queue.len()
     }
 
     /// Test hook: the next committer waits until `n` requests are queued, so that they

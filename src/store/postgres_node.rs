@@ -553,6 +553,12 @@ impl PgNode {
         c.rounds()
     }
 
+    /// Test hook: syncs queued for the node's next commit round.
+    #[cfg(test)]
+    pub(crate) fn queued_for_test(&self) -> usize {
+        self.core.ctx.commits.queued_for_test()
+    }
+
     /// Test hook: the partitions this node holds.
     #[cfg(test)]
     pub(crate) fn held_for_test(&self) -> Vec<u32> {

@@ -469,6 +469,61 @@ fn share_a_transaction(in_flight: usize) {
     eprintln!("200 concurrent syncs in {rounds} transactions ({in_flight} in flight)");
 }
 
+/// A sync's writes are taken when its round starts, not when it was asked for: what the
+/// store wrote while its request waited goes in the same transaction, and the sync of that
+/// later write then finds it durable without a transaction of its own.
+#[test]
+fn a_sync_commits_what_was_written_while_it_waited_for_its_round() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(dir.path(), "node-a", 2).unwrap();
+    opts.commits_in_flight = super::super::IN_FLIGHT_PIPELINED;
+    let sch = opts.schema.clone();
+    let a = PgNode::open(&opts).unwrap();
+    let mut s0 = a.take(0).unwrap().unwrap();
+    let mut s1 = a.take(1).unwrap().unwrap();
+    let mut sync0 = s0.syncer().unwrap();
+    // The next round waits until two syncs are queued.
+    let before = a.commits_for_test(2);
+    s0.write(put(b"asked-0000000000")).unwrap();
+    let asked = s0.written();
+    std::thread::scope(|sc| {
+        let waiting = sc.spawn(move || {
+            let r = sync0.sync_to(asked);
+            (r, sync0)
+        });
+        assert!(eventually(Duration::from_secs(5), || a.queued_for_test() == 1));
+        // Written after partition 0's sync was queued, before its round starts.
+        s0.write(put(b"later-0000000000")).unwrap();
+        let later = s0.written();
+        assert!(later > asked);
+        s1.commit(put(b"other-0000000000")).unwrap();
+        let (r, mut sync0) = waiting.join().unwrap();
+        r.unwrap();
+        assert_eq!(a.commits_for_test(0) - before, 1, "one transaction");
+        let rows = s0.sql_for_test(&format!(
+            "SELECT count(*) FROM {sch}.ojs_kv WHERE part = 0 AND key IN ('\\x{}'::bytea, \
+             '\\x{}'::bytea)",
+            hex(b"asked-0000000000"),
+            hex(b"later-0000000000")
+        ));
+        assert_eq!(
+            rows[0].get::<_, i64>(0),
+            2,
+            "both writes committed in that round"
+        );
+        // The later write's own sync: durable already, no transaction.
+        sync0.sync_to(later).unwrap();
+        assert_eq!(a.commits_for_test(0) - before, 1);
+        // A write after the round still needs one.
+        s0.write(put(b"after-0000000000")).unwrap();
+        sync0.sync_to(s0.written()).unwrap();
+        assert_eq!(a.commits_for_test(0) - before, 2);
+    });
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|b| format!("{b:02x}")).collect()
 }

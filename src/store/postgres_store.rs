@@ -20,8 +20,10 @@
 //! [`Store::write`] appends the batch to an in-memory overlay (per space, an ordered map of
 //! key to value or tombstone, each stamped with its batch's number) that every read merges
 //! over PostgreSQL, so a write is visible at once. [`Syncer::sync`] takes every pending
-//! batch, folds them into their net effect (the last op on a key wins) and commits that in
-//! ONE transaction (a `DELETE ... USING unnest(...)` and an `INSERT ... SELECT unnest(...)
+//! batch (when the node's commit round that carries it starts, `postgres_commit.rs`, so
+//! also those written while it waited; a later `Syncer::sync_to` of a batch already
+//! committed so returns at once), folds them into their net effect (the last op on a key
+//! wins) and commits that in ONE transaction (a `DELETE ... USING unnest(...)` and an `INSERT ... SELECT unnest(...)
 //! ON CONFLICT DO UPDATE`), then drops from the overlay each entry no later batch has
 //! overwritten. A crash loses the pending batches whole and never keeps a later one without
 //! an earlier one, since they commit together or not at all and syncs are serialised.
@@ -85,13 +87,13 @@ use bytes::Bytes;
 use deadpool_postgres::Pool;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::postgres_cache::ReadCache;
 use super::postgres_cluster::PgClusterView;
-use super::postgres_commit::Request;
+use super::postgres_commit::{Ops, Request, Source};
 use super::postgres_errors::timed;
 pub(super) use super::postgres_errors::{err, pool_err};
 use super::postgres_lease::Lease;
@@ -143,6 +145,11 @@ struct Shared {
     cache: ReadCache,
     /// Held across a whole sync, so that syncs commit batches in order.
     sync_lock: Mutex<()>,
+    /// The batches the sync in progress commits: taken from `pending` when its round
+    /// starts (`take`), not when it was asked for.
+    taken: Mutex<Vec<Pending>>,
+    /// The number of the last batch committed (see `sync_to`).
+    durable: AtomicU64,
     /// Why the store refuses writes for good: fenced, or a sync failed for a reason that
     /// does not pass (see [`err`]).
     failed: Mutex<Option<StoreError>>,
@@ -164,6 +171,31 @@ fn copy_err(e: &StoreError) -> StoreError {
     match e {
         StoreError::Fenced(m) => StoreError::Fenced(m.clone()),
         e => StoreError::Backend(format!("an earlier sync failed: {e}")),
+    }
+}
+
+/// The net effect of `batches`, in key order (so that concurrent transactions lock rows
+/// alike): the last op on a key wins.
+fn net_of(batches: &[Pending]) -> BTreeMap<(i16, &[u8]), Option<&Bytes>> {
+    let mut net = BTreeMap::new();
+    for b in batches {
+        for (space, key, value) in &b.ops {
+            net.insert((space.index() as i16, key.as_slice()), value.as_ref());
+        }
+    }
+    net
+}
+
+impl Source for Shared {
+    /// Every pending batch, now: kept in `taken` for the sync that waits on the round.
+    fn take(&self) -> Ops {
+        let batches = std::mem::take(&mut self.overlay.write().unwrap().pending);
+        let ops = net_of(&batches)
+            .into_iter()
+            .map(|((space, key), value)| (space, key.to_vec(), value.cloned()))
+            .collect();
+        self.taken.lock().unwrap().extend(batches);
+        ops
     }
 }
 
@@ -196,41 +228,44 @@ impl Shared {
         Ok(())
     }
 
-    fn sync(&self) -> StoreResult<()> {
+    fn sync(self: &Arc<Self>) -> StoreResult<()> {
+        self.sync_to(u64::MAX)
+    }
+
+    /// Make the batches up to number `mark` durable: at once if a sync did already;
+    /// else commit every pending batch, as taken when the node's commit round that
+    /// carries this request starts (`postgres_commit.rs`), so that what the engine writes
+    /// while the request waits for the round in flight goes in the same transaction, and
+    /// the syncs of those batches then find them durable.
+    fn sync_to(self: &Arc<Self>, mark: u64) -> StoreResult<()> {
         let _order = self.sync_lock.lock().unwrap();
+        if self.durable.load(Ordering::SeqCst) >= mark {
+            return Ok(());
+        }
         if let Err(e) = self.committable() {
             if matches!(e, StoreError::Unavailable(_)) {
                 self.note_unsynced(&e);
             }
             return Err(e);
         }
-        let batches = std::mem::take(&mut self.overlay.write().unwrap().pending);
-        let Some(upto) = batches.last().map(|b| b.seq) else {
+        if self.overlay.read().unwrap().pending.is_empty() {
             *self.unsynced.lock().unwrap() = None;
             return Ok(());
-        };
-        // The net effect, in key order (so that concurrent transactions lock rows alike).
-        let mut net: BTreeMap<(i16, &[u8]), Option<&Bytes>> = BTreeMap::new();
-        for b in &batches {
-            for (space, key, value) in &b.ops {
-                net.insert((space.index() as i16, key.as_slice()), value.as_ref());
-            }
         }
         // Committed with whatever the node's other partitions sync meanwhile, in one
-        // transaction under each one's fence (`postgres_commit.rs`).
+        // transaction under each one's fence.
+        let source: Arc<dyn Source> = self.clone();
         let request = Request {
             lease: self.lease.clone(),
-            ops: net
-                .iter()
-                .map(|((space, key), value)| (*space, key.to_vec(), value.cloned()))
-                .collect(),
+            source,
         };
         let result = self.node.ctx.commits.submit(&self.node, request);
+        // What the round took (every committed request was taken; `take` ran once).
+        let batches = std::mem::take(&mut *self.taken.lock().unwrap());
         if let Err(e) = result {
             if let StoreError::Unavailable(_) = e {
                 // Pending again, ahead of what was written meanwhile; their entries never
                 // left the overlay. The next sync commits them all (see the module docs).
-                drop(net);
                 let mut o = self.overlay.write().unwrap();
                 let newer = std::mem::take(&mut o.pending);
                 o.pending = batches;
@@ -249,6 +284,10 @@ impl Shared {
                 "postgres commits go through again"
             );
         }
+        let Some(upto) = batches.last().map(|b| b.seq) else {
+            return Ok(());
+        };
+        let net = net_of(&batches);
         let mut o = self.overlay.write().unwrap();
         for ((space, key), value) in net {
             let sp = Space::ALL[space as usize];
@@ -264,6 +303,8 @@ impl Shared {
                 }
             }
         }
+        drop(o);
+        self.durable.store(upto, Ordering::SeqCst);
         Ok(())
     }
 
@@ -281,7 +322,7 @@ impl Shared {
     }
 
     /// See [`Store::ready`].
-    fn ready(&self) -> StoreResult<()> {
+    fn ready(self: &Arc<Self>) -> StoreResult<()> {
         if let Err(e) = self.committable() {
             if matches!(e, StoreError::Unavailable(_)) {
                 self.note_unsynced(&e);
@@ -482,6 +523,8 @@ impl PostgresStore {
                 overlay: RwLock::new(Overlay::default()),
                 cache: ReadCache::new(ctx.cache_bytes),
                 sync_lock: Mutex::new(()),
+                taken: Mutex::new(Vec::new()),
+                durable: AtomicU64::new(0),
                 failed: Mutex::new(None),
                 unsynced: Mutex::new(None),
                 last_try: Mutex::new(None),
@@ -525,6 +568,10 @@ struct PgSyncer(Arc<Shared>);
 impl Syncer for PgSyncer {
     fn sync(&mut self) -> StoreResult<()> {
         self.0.sync()
+    }
+
+    fn sync_to(&mut self, mark: u64) -> StoreResult<()> {
+        self.0.sync_to(mark)
     }
 }
 
@@ -592,6 +639,10 @@ impl Store for PostgresStore {
 
     fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
         Ok(Box::new(PgSyncer(self.shared.clone())))
+    }
+
+    fn written(&self) -> u64 {
+        self.shared.overlay.read().unwrap().last_seq
     }
 
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
