@@ -10,7 +10,12 @@
 #    baseline), then 1, 2 and 3 nodes on one PostgreSQL with --partitions PARTITIONS, a fresh
 #    schema per run, the clients spread over the nodes round-robin (ojsd-bench --addr
 #    a,b,c). A run starts once CLUSTER shows the partitions shared out (each node at least
-#    floor(PARTITIONS / nodes)). Reported per run: jobs/s, pickup p50/p99, the database's
+#    floor(PARTITIONS / nodes)). With ROUTES (default "lb holders") each multi-node setup
+#    runs twice: "lb" as through a load balancer (every command to the next node in turn,
+#    so most are forwarded to the partition's holder) and "holders" (setup pg-Nn-holders)
+#    as a partition-aware client (ojsd-bench --to-holders: each worker on the holder of its
+#    queue, each PUSH over the connection to its queue's holder; nothing forwarded).
+#    Reported per run: jobs/s, pickup p50/p99, the database's
 #    xact_commit and transaction ids assigned (writing transactions) and WAL bytes per job,
 #    the CPU seconds of the nodes and of PostgreSQL per 1,000 jobs, and the machine's CPU
 #    steal and idle over the run (/proc/stat).
@@ -23,7 +28,7 @@
 #   bench/cluster.sh [throughput|takeover|all]
 #
 # Env: REPEAT=2 (passes of each), JOBS=20000, PRODUCERS=4 PIPELINE=16 WORKERS=50, QUEUES=16,
-#      PARTITIONS=8, NODES="1 2 3", RATE (offered jobs/s for the load runs: pickup latency
+#      PARTITIONS=8, NODES="1 2 3", ROUTES="lb holders", RATE (offered jobs/s for the load runs: pickup latency
 #      below saturation; default as fast as possible), TAKEOVER_JOBS=100000, LEASE_TTL_MS=5000,
 #      PG_NODE_ARGS (more flags for the PostgreSQL nodes), PG_URL (a database of its own,
 #      else a throw-away PostgreSQL 15 is started here as in takeover.sh),
@@ -46,6 +51,7 @@ WORKERS=${WORKERS:-50}
 QUEUES=${QUEUES:-16}
 PARTITIONS=${PARTITIONS:-8}
 NODES=${NODES:-1 2 3}
+ROUTES=${ROUTES:-lb holders}
 TAKEOVER_JOBS=${TAKEOVER_JOBS:-100000}
 LEASE_TTL_MS=${LEASE_TTL_MS:-5000}
 OUT_DIR=${OUT_DIR:-}
@@ -172,7 +178,7 @@ load() {
     s0=$(snapshot "$@")
     "$BENCH" --addr "$addrs" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
         --pipeline "$PIPELINE" --worker-pipeline 1 --workers "$WORKERS" --queues "$QUEUES" \
-        --spread "$PARTITIONS" ${RATE:+--rate "$RATE"} --json >"$TMP/$name.json" || { echo "ojsd-bench failed ($setup, pass $pass):" >&2; cat "$TMP/$name.json" >&2; }
+        --spread "$PARTITIONS" ${RATE:+--rate "$RATE"} ${LOAD_ARGS:-} --json >"$TMP/$name.json" || { echo "ojsd-bench failed ($setup, pass $pass):" >&2; cat "$TMP/$name.json" >&2; }
     s1=$(snapshot "$@")
     local f=$TMP/$name.json
     row throughput "$setup" "$pass" "jobs/s" "$(json "$f" "round(d.get('jobs_per_s', 0))")"
@@ -206,10 +212,18 @@ scenario_throughput() {
         load fjall "$pass" "127.0.0.1:$port" "$NODE_PID"
         stop_pids "$NODE_PID"
         for n in $NODES; do
-            start_cluster "c${n}_p${pass}_$$" "$n"
-            sleep 1
-            load "pg-${n}n" "$pass" "$ADDRS" "${NODE_PIDS[@]}"
-            stop_pids "${NODE_PIDS[@]}"
+            for route in $ROUTES; do
+                # One node forwards nothing: the holders run would be the same run.
+                if [ "$route" = holders ] && [ "$n" = 1 ]; then continue; fi
+                start_cluster "c${n}_p${pass}_${route}_$$" "$n"
+                sleep 1
+                if [ "$route" = holders ]; then
+                    LOAD_ARGS=--to-holders load "pg-${n}n-holders" "$pass" "$ADDRS" "${NODE_PIDS[@]}"
+                else
+                    load "pg-${n}n" "$pass" "$ADDRS" "${NODE_PIDS[@]}"
+                fi
+                stop_pids "${NODE_PIDS[@]}"
+            done
         done
     done
 }

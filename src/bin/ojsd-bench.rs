@@ -112,6 +112,12 @@ struct Args {
     /// there), so that every partition gets work: a plain `<queue>-k` may leave some out.
     #[arg(long, value_name = "P")]
     spread: Option<u32>,
+    /// Connect as a partition-aware client would (cluster mode, PROTOCOL.md §16): read
+    /// CLUSTER from the first --addr, connect each worker to the node that holds its
+    /// queue's partition, and send each PUSH over the producer's connection to the node
+    /// that holds the PUSH's queue, so that no command is forwarded between nodes.
+    #[arg(long)]
+    to_holders: bool,
     /// With --probe-restart and --queues: also time until CLUSTER lists every partition
     /// under a live node other than this one (the node that was killed).
     #[arg(long, value_name = "ID")]
@@ -260,7 +266,7 @@ fn load_run(args: &Args) -> i32 {
     };
     let fill = args.fill.is_some();
     let default_conns = if mode == Mode::One { 16 } else { 4 };
-    let cfg = LoadConfig {
+    let mut cfg = LoadConfig {
         addrs: addr_list(&args.addr),
         mode: if fill { Mode::Batch } else { mode },
         jobs: args.fill.unwrap_or(args.jobs),
@@ -282,12 +288,23 @@ fn load_run(args: &Args) -> i32 {
         queues: args.queues.max(1),
         fetch_all: args.fetch_all,
         spread: args.spread,
+        holders: None,
         run: u64::from(rand::random::<u32>()),
         dialect: match args.dialect {
             DialectArg::Ojs => envelope::Dialect::Ojs,
             DialectArg::Faktory => envelope::Dialect::Faktory,
         },
     };
+    if args.to_holders {
+        let queues = envelope::queue_names(&cfg.queue, cfg.queues, cfg.spread);
+        match load::holders(first_addr(&args.addr), &queues) {
+            Ok(h) => cfg.holders = Some(h),
+            Err(e) => {
+                eprintln!("ojsd-bench: --to-holders: {e}");
+                return 1;
+            }
+        }
+    }
     let shared = Arc::new(Shared::new(cfg.jobs, cfg.timeout));
     let srv_cpu0 = args.server_pid.as_deref().and_then(cpu_seconds);
     let eng_cpu0 = args.server_pid.as_deref().and_then(engine_cpu_seconds);
@@ -315,6 +332,7 @@ fn load_run(args: &Args) -> i32 {
         "queues": cfg.queues,
         "fetch_all": cfg.fetch_all,
         "spread": cfg.spread,
+        "to_holders": cfg.holders.is_some(),
         "producers": cfg.producers,
         "workers": cfg.workers,
         "batch": if mode == Mode::Batch || fill { json!(cfg.batch) } else { Value::Null },
@@ -429,6 +447,25 @@ fn emit(args: &Args, title: &str, out: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_queue_goes_to_the_holder_of_its_partition() {
+        // Four partitions, queue k in partition k mod 4 (--spread 4).
+        let queues = envelope::queue_names("bench", 8, Some(4));
+        let cluster = serde_json::json!({"partitions": 4, "nodes": [
+            {"id": "a", "addr": "a:1", "partitions": [0, 2]},
+            {"id": "b", "addr": "b:1", "partitions": [1]},
+            {"id": "c", "addr": "c:1", "partitions": [3]},
+            {"id": "d", "addr": "d:1", "partitions": []}]});
+        let h = load::holders_of(&cluster, &queues).unwrap();
+        assert_eq!(h, ["a:1", "b:1", "a:1", "c:1", "a:1", "b:1", "a:1", "c:1"]);
+        // A partition nobody holds: refused, not guessed.
+        let cluster = serde_json::json!({"partitions": 4, "nodes": [
+            {"id": "a", "addr": "a:1", "partitions": [0, 1, 2]}]});
+        let e = load::holders_of(&cluster, &queues).unwrap_err();
+        assert!(e.contains("partition 3"), "{e}");
+        assert!(load::holders_of(&serde_json::json!({}), &queues).is_err());
+    }
 
     #[test]
     fn addresses_are_spread_round_robin() {

@@ -41,6 +41,10 @@ pub struct LoadConfig {
     pub fetch_all: bool,
     /// Choose the queue names so that queue `k` is in partition `k % spread` (`--spread`).
     pub spread: Option<u32>,
+    /// `--to-holders`: per queue (by index), the address of the node that holds its
+    /// partition. Worker `w` then connects to the holder of its queue, and a producer
+    /// sends each PUSH over its connection to the holder of the PUSH's queue.
+    pub holders: Option<Vec<String>>,
     pub run: u64,
     /// The wire dialect: the OJS port, or the Faktory port (one job per FETCH).
     pub dialect: Dialect,
@@ -152,24 +156,79 @@ pub fn addr_of(addrs: &[String], idx: usize) -> &str {
     &addrs[idx % addrs.len().max(1)]
 }
 
-fn connect(cfg: &LoadConfig, idx: usize, wid: Option<String>) -> ojs_client::Result<Client> {
+fn connect(addr: &str, wid: Option<String>) -> ojs_client::Result<Client> {
     let opts = ConnectOptions {
         wid,
         // Above the server's FETCH block time, so an idle FETCH is not a timeout.
         timeout: Some(Duration::from_secs(15)),
         ..Default::default()
     };
-    Client::connect_with(addr_of(&cfg.addrs, idx), &opts)
+    Client::connect_with(addr, &opts)
+}
+
+/// Per queue (by index), the client address of the node holding its partition, from
+/// the CLUSTER answer of `addr` (PROTOCOL.md §4.2a, §16: a queue is in partition
+/// SHA-256(name)[0..4] mod P). Fails while a partition has no holder.
+pub fn holders(addr: &str, queues: &[String]) -> Result<Vec<String>, String> {
+    let mut c = connect(addr, None).map_err(|e| format!("connect {addr}: {e}"))?;
+    let cluster = c.cluster().map_err(|e| format!("CLUSTER: {e}"))?;
+    let _ = c.end();
+    holders_of(&cluster, queues)
+}
+
+/// [`holders`] from a CLUSTER answer.
+pub fn holders_of(cluster: &serde_json::Value, queues: &[String]) -> Result<Vec<String>, String> {
+    let parts = cluster["partitions"]
+        .as_u64()
+        .filter(|p| *p > 0 && *p <= u64::from(u32::MAX))
+        .ok_or("CLUSTER has no partition count")? as u32;
+    let mut by_part: Vec<Option<String>> = vec![None; parts as usize];
+    for node in cluster["nodes"].as_array().into_iter().flatten() {
+        let Some(addr) = node["addr"].as_str() else {
+            continue;
+        };
+        for p in node["partitions"].as_array().into_iter().flatten() {
+            if let Some(slot) = p.as_u64().and_then(|p| by_part.get_mut(p as usize)) {
+                *slot = Some(addr.to_string());
+            }
+        }
+    }
+    queues
+        .iter()
+        .map(|q| {
+            let p = ojsd::cluster::route::partition_of(q, parts);
+            by_part[p as usize]
+                .clone()
+                .ok_or_else(|| format!("partition {p} (queue {q}) has no holder"))
+        })
+        .collect()
 }
 
 /// One producer connection: pushes its share, `unit` jobs per command, keeping up to
 /// `pipeline` commands in flight, paced to its part of `rate`.
 pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
     let (from, to) = share(shared.n, cfg.producers, idx);
-    let mut client = match connect(cfg, idx, None) {
-        Ok(c) => c,
-        Err(e) => return shared.fatal(format!("producer {idx}: connect: {e}")),
+    // One connection, or with `holders` one per holder (`route`: the queue's connection).
+    let (addrs, route): (Vec<&str>, Vec<usize>) = match &cfg.holders {
+        Some(h) => {
+            let mut addrs: Vec<&str> = h.iter().map(String::as_str).collect();
+            addrs.sort_unstable();
+            addrs.dedup();
+            let route = h
+                .iter()
+                .map(|a| addrs.iter().position(|b| b == a).unwrap_or(0))
+                .collect();
+            (addrs, route)
+        }
+        None => (vec![addr_of(&cfg.addrs, idx)], vec![0]),
     };
+    let mut conns = Vec::with_capacity(addrs.len());
+    for addr in &addrs {
+        match connect(addr, None) {
+            Ok(c) => conns.push(c),
+            Err(e) => return shared.fatal(format!("producer {idx}: connect {addr}: {e}")),
+        }
+    }
     let unit = match cfg.mode {
         Mode::One => 1,
         Mode::Batch => cfg.batch.max(1) as u64,
@@ -180,8 +239,9 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
         .map(|r| unit as f64 * cfg.producers as f64 / r.max(1e-9));
     let depth = cfg.pipeline.max(1);
     let t0 = Instant::now();
-    // The sequence numbers `[from, to)` of each command in flight.
-    let mut in_flight: VecDeque<(u64, u64)> = VecDeque::new();
+    // Each command in flight, oldest first: its connection and the sequence numbers
+    // `[from, to)` it pushes (each connection answers in order).
+    let mut in_flight: VecDeque<(usize, u64, u64)> = VecDeque::new();
     let mut seq = from;
     let mut sent = 0u64;
     loop {
@@ -197,7 +257,7 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
                 let now = Instant::now();
                 if due > now && !in_flight.is_empty() {
                     // Collect a reply while waiting for the next slot.
-                    if !read_push(&mut client, shared, env, &mut in_flight, idx) {
+                    if !read_push(&mut conns, shared, env, &mut in_flight, idx) {
                         return;
                     }
                     continue;
@@ -212,40 +272,46 @@ pub fn producer(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) {
                 Mode::One => env.push_line(q, seq),
                 Mode::Batch => env.pushb_line(q, seq, end),
             };
-            if let Err(e) = client.send_line(&line) {
+            let c = route[q % route.len()];
+            if let Err(e) = conns[c].send_line(&line) {
                 return shared.fatal(format!("producer {idx}: send: {e}"));
             }
-            in_flight.push_back((seq, end));
+            in_flight.push_back((c, seq, end));
             seq = end;
             sent += 1;
             let room = in_flight.len() < depth && seq < to;
             if room && interval.is_none() {
                 continue; // fill the pipeline before flushing
             }
-            if let Err(e) = client.flush() {
-                return shared.fatal(format!("producer {idx}: flush: {e}"));
+            for c in &mut conns {
+                if let Err(e) = c.flush() {
+                    return shared.fatal(format!("producer {idx}: flush: {e}"));
+                }
             }
             if room {
                 continue; // paced: send the next one on time, read replies meanwhile
             }
         }
-        if !read_push(&mut client, shared, env, &mut in_flight, idx) {
+        if !read_push(&mut conns, shared, env, &mut in_flight, idx) {
             return;
         }
     }
-    let _ = client.end();
+    for c in conns {
+        let _ = c.end();
+    }
 }
 
+/// Read the reply of the oldest command in flight (from its connection).
 fn read_push(
-    client: &mut Client,
+    conns: &mut [Client],
     shared: &Shared,
     env: &Envelope,
-    in_flight: &mut VecDeque<(u64, u64)>,
+    in_flight: &mut VecDeque<(usize, u64, u64)>,
     idx: usize,
 ) -> bool {
-    let (from, to) = in_flight.pop_front().unwrap_or((0, 0));
+    let (c, from, to) = in_flight.pop_front().unwrap_or((0, 0, 0));
     let count = to - from;
-    match client.read_reply() {
+    match conns[c].read_reply() {
         Ok(r) if env.push_accepted(&r) => {
             let now = unix_nanos();
             for s in from..to {
@@ -285,7 +351,12 @@ enum Cmd {
 pub fn worker(cfg: &LoadConfig, shared: &Shared, env: &Envelope, idx: usize) -> Vec<u64> {
     let mut lat = Vec::with_capacity((shared.n as usize / cfg.workers.max(1)) + 16);
     let wid = format!("bench-{:x}-w{idx}", cfg.run);
-    let mut client = match connect(cfg, idx, Some(wid)) {
+    // With `holders`, the holder of the queue this worker fetches.
+    let addr = match &cfg.holders {
+        Some(h) if !cfg.fetch_all => &h[idx % h.len()],
+        _ => addr_of(&cfg.addrs, idx),
+    };
+    let mut client = match connect(addr, Some(wid)) {
         Ok(c) => c,
         Err(e) => {
             shared.fatal(format!("worker {idx}: connect: {e}"));
