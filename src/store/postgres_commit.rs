@@ -41,18 +41,23 @@ use std::sync::{Arc, Condvar, Mutex};
 /// A store's net ops: (space, key, value or tombstone), sorted by (space, key).
 pub(super) type Ops = Vec<(i16, Vec<u8>, Option<Bytes>)>;
 
-/// Where a request's writes come from: taken when its round starts, not when the request
-/// was queued, so that a store's writes made while its request waits for the round in
-/// flight go in the same transaction.
+/// A store of the node as its commit rounds see it. Its writes are taken when a round
+/// starts, not when its request was queued: a round takes what every store of the node
+/// has pending then, with a request queued or not (a store without one *rides* along), so
+/// that a write waits at most for the round in flight and its own, whichever thread syncs
+/// it. A store is taken by one round at a time (its later writes wait for that round to
+/// settle), so its batches commit in order.
 pub(super) trait Source: Send + Sync {
-    /// The store's writes to commit now: net ops sorted by (space, key), each a value or
-    /// a tombstone. Called once per request, by the committer of its round.
-    fn take(&self) -> Ops;
+    fn lease(&self) -> &Arc<Lease>;
+    /// Take what is pending for a round: `None` when a round has taken it and not settled
+    /// yet, nothing is pending, or (`rider`: no request of its own) it cannot commit now.
+    fn take(&self, rider: bool) -> Option<Ops>;
+    /// The round that took it ended so. Called once per `take` that returned `Some`.
+    fn settle(&self, outcome: &StoreResult<()>);
 }
 
-/// One store's sync: its lease and where its writes come from.
+/// One store's sync.
 pub(super) struct Request {
-    pub(super) lease: Arc<Lease>,
     pub(super) source: Arc<dyn Source>,
 }
 
@@ -92,6 +97,8 @@ pub(super) struct CommitQueue {
     rounds: AtomicU64,
     /// Rounds in flight at once, at most (`IN_FLIGHT_*`).
     max_in_flight: usize,
+    /// The node's stores (see [`Source`]).
+    stores: Mutex<Vec<std::sync::Weak<dyn Source>>>,
 }
 
 struct CommitSql {
@@ -107,6 +114,7 @@ impl CommitQueue {
             state: Mutex::new(State::default()),
             done: Condvar::new(),
             rounds: AtomicU64::new(0),
+            stores: Mutex::new(Vec::new()),
             sql: CommitSql {
                 round: format!(
                     "WITH live AS (\
@@ -184,24 +192,93 @@ impl CommitQueue {
         }
     }
 
-    /// One transaction for `round`: each request's outcome, in order (or the error of the
-    /// whole round, which is every request's).
+    /// One transaction for `round` and the riders (see [`Source`]): each request's outcome,
+    /// in order (a request whose store had nothing to take: `Ok`; its caller looks at the
+    /// store's state, not at this). Every store taken is settled before this returns.
     fn commit(&self, core: &NodeCore, round: &[Arc<Slot>]) -> Vec<StoreResult<()>> {
-        let ops: Vec<_> = round.iter().map(|s| s.req.source.take()).collect();
-        match core.block_on(timed("a commit", self.transaction(core, round, &ops))) {
-            Ok(fenced) => round
-                .iter()
-                .zip(fenced)
-                .map(|(s, fenced)| match fenced {
-                    true => Err(s
-                        .req
-                        .lease
-                        .fenced("the partition's epoch moved on (taken over)")),
-                    false => Ok(()),
-                })
-                .collect(),
-            Err(e) => round.iter().map(|_| Err(copy(&e))).collect(),
+        let mut taken: Vec<(Arc<dyn Source>, Ops)> = Vec::with_capacity(round.len());
+        let mut of_slot = Vec::with_capacity(round.len());
+        for s in round {
+            of_slot.push(s.req.source.take(false).map(|ops| {
+                taken.push((s.req.source.clone(), ops));
+                taken.len() - 1
+            }));
         }
+        for src in self.others(round) {
+            if let Some(ops) = src.take(true) {
+                taken.push((src, ops));
+            }
+        }
+        let outcomes = self.commit_taken(core, &taken);
+        for ((src, _), outcome) in taken.iter().zip(&outcomes) {
+            src.settle(outcome);
+        }
+        of_slot
+            .into_iter()
+            .map(|i| i.map_or(Ok(()), |i| copy_result(&outcomes[i])))
+            .collect()
+    }
+
+    /// One transaction for what was taken: each store's outcome, in order.
+    fn commit_taken(
+        &self,
+        core: &NodeCore,
+        taken: &[(Arc<dyn Source>, Ops)],
+    ) -> Vec<StoreResult<()>> {
+        let fenced = |src: &Arc<dyn Source>| -> StoreResult<()> {
+            Err(src
+                .lease()
+                .fenced("the partition's epoch moved on (taken over)"))
+        };
+        // The statement's fence names partitions, so a partition's rows are written under
+        // one epoch per round: an older store of a partition this node took again (its
+        // epoch is gone) is fenced here and left out.
+        let stale = |(a, _): &(Arc<dyn Source>, Ops)| {
+            taken
+                .iter()
+                .any(|(b, _)| b.lease().part == a.lease().part && b.lease().epoch > a.lease().epoch)
+        };
+        let live: Vec<&(Arc<dyn Source>, Ops)> = taken.iter().filter(|t| !stale(t)).collect();
+        let mut results = if live.is_empty() {
+            Vec::new()
+        } else {
+            match core.block_on(timed("a commit", self.transaction(core, &live))) {
+                Ok(fenced_now) => live
+                    .iter()
+                    .zip(fenced_now)
+                    .map(|((src, _), f)| if f { fenced(src) } else { Ok(()) })
+                    .collect(),
+                Err(e) => live.iter().map(|_| Err(copy(&e))).collect(),
+            }
+        }
+        .into_iter();
+        taken
+            .iter()
+            .map(|t| match stale(t) {
+                true => fenced(&t.0),
+                false => results.next().unwrap_or(Ok(())),
+            })
+            .collect()
+    }
+
+    /// The node's stores without a request in `round`, dropping those that are gone.
+    fn others(&self, round: &[Arc<Slot>]) -> Vec<Arc<dyn Source>> {
+        let mut stores = self.stores.lock().unwrap();
+        stores.retain(|w| w.strong_count() > 0);
+        stores
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|src| {
+                !round
+                    .iter()
+                    .any(|s| std::ptr::addr_eq(Arc::as_ptr(&s.req.source), Arc::as_ptr(src)))
+            })
+            .collect()
+    }
+
+    /// Let the node's rounds take `store`'s writes when it has no request queued.
+    pub(super) fn register(&self, store: std::sync::Weak<dyn Source>) {
+        self.stores.lock().unwrap().push(store);
     }
 
     /// Whether each request was fenced; `Err` when the round failed whole.
@@ -216,21 +293,20 @@ impl CommitQueue {
     async fn transaction(
         &self,
         core: &NodeCore,
-        round: &[Arc<Slot>],
-        ops: &[Ops],
+        taken: &[&(Arc<dyn Source>, Ops)],
     ) -> StoreResult<Vec<bool>> {
         let client = core.ctx.pool.get().await.map_err(pool_err)?;
-        let parts: Vec<i32> = round.iter().map(|s| s.req.lease.part).collect();
-        let epochs: Vec<i64> = round.iter().map(|s| s.req.lease.epoch).collect();
+        let parts: Vec<i32> = taken.iter().map(|(s, _)| s.lease().part).collect();
+        let epochs: Vec<i64> = taken.iter().map(|(s, _)| s.lease().epoch).collect();
         // Requests by partition (each sorted by (space, key) already), so that the rows go
-        // in (part, space, key) order. Two requests of one partition cannot both be live:
-        // one epoch per partition passes the fence.
-        let mut order: Vec<usize> = (0..round.len()).collect();
+        // in (part, space, key) order. One store per partition (`commit_taken` left out
+        // older epochs), and the fence passes it only under the epoch it holds.
+        let mut order: Vec<usize> = (0..taken.len()).collect();
         order.sort_by_key(|&i| parts[i]);
         let (mut del_p, mut del_s, mut del_k) = (vec![], vec![], vec![]);
         let (mut put_p, mut put_s, mut put_k, mut put_v) = (vec![], vec![], vec![], vec![]);
         for &i in &order {
-            for (space, key, value) in &ops[i] {
+            for (space, key, value) in &taken[i].1 {
                 match value {
                     Some(v) => {
                         put_p.push(parts[i]);
@@ -285,6 +361,14 @@ impl CommitQueue {
     #[cfg(test)]
     pub(super) fn gather_for_test(&self, n: usize) {
         self.state.lock().unwrap().gather = n;
+    }
+}
+
+/// A round's outcome for each of its requests.
+fn copy_result(r: &StoreResult<()>) -> StoreResult<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(copy(e)),
     }
 }
 

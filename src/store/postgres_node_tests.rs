@@ -524,6 +524,43 @@ fn a_sync_commits_what_was_written_while_it_waited_for_its_round() {
     });
 }
 
+/// A round takes what every store of the node has pending, also a store that asked for
+/// no sync: its writes ride along, and its own sync of them then takes no transaction.
+#[test]
+fn a_round_takes_the_pending_writes_of_stores_that_did_not_ask() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(dir.path(), "node-a", 2).unwrap();
+    opts.commits_in_flight = super::super::IN_FLIGHT_PIPELINED;
+    let sch = opts.schema.clone();
+    let a = PgNode::open(&opts).unwrap();
+    let mut s0 = a.take(0).unwrap().unwrap();
+    let mut s1 = a.take(1).unwrap().unwrap();
+    let before = a.commits_for_test(0);
+    s1.write(put(b"rider-0000000000")).unwrap();
+    let rider = s1.written();
+    s0.commit(put(b"asker-0000000000")).unwrap();
+    assert_eq!(a.commits_for_test(0) - before, 1);
+    let rows = s0.sql_for_test(&format!(
+        "SELECT part FROM {sch}.ojs_kv WHERE key IN ('\\x{}'::bytea, '\\x{}'::bytea) \
+         ORDER BY part",
+        hex(b"asker-0000000000"),
+        hex(b"rider-0000000000")
+    ));
+    let parts: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(parts, vec![0, 1], "both partitions' writes in that round");
+    s1.syncer().unwrap().sync_to(rider).unwrap();
+    assert_eq!(
+        a.commits_for_test(0) - before,
+        1,
+        "the rider's sync: no transaction"
+    );
+    // The rider's store serves its committed write from the table as before.
+    assert!(s1.get(Space::Job, b"rider-0000000000").unwrap().is_some());
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -88,7 +88,7 @@ use deadpool_postgres::Pool;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 use super::postgres_cache::ReadCache;
@@ -118,6 +118,14 @@ struct Pending {
     ops: Vec<(Space, Vec<u8>, Option<Bytes>)>,
 }
 
+/// What a commit round took of a store.
+#[derive(Default)]
+struct Taken {
+    /// A round has taken `batches` and not settled.
+    busy: bool,
+    batches: Vec<Pending>,
+}
+
 type Entry = (u64, Option<Bytes>);
 /// A batch's last op on a key: its position in the batch, its space, value or tombstone.
 type LastOp = (usize, Space, Option<Bytes>);
@@ -145,9 +153,10 @@ struct Shared {
     cache: ReadCache,
     /// Held across a whole sync, so that syncs commit batches in order.
     sync_lock: Mutex<()>,
-    /// The batches the sync in progress commits: taken from `pending` when its round
-    /// starts (`take`), not when it was asked for.
-    taken: Mutex<Vec<Pending>>,
+    /// The batches a commit round took from `pending` and has not settled yet (see
+    /// `postgres_commit::Source`); `settled` is notified when it does.
+    taken: Mutex<Taken>,
+    settled: Condvar,
     /// The number of the last batch committed (see `sync_to`).
     durable: AtomicU64,
     /// Why the store refuses writes for good: fenced, or a sync failed for a reason that
@@ -187,15 +196,84 @@ fn net_of(batches: &[Pending]) -> BTreeMap<(i16, &[u8]), Option<&Bytes>> {
 }
 
 impl Source for Shared {
-    /// Every pending batch, now: kept in `taken` for the sync that waits on the round.
-    fn take(&self) -> Ops {
+    fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// Every pending batch, now, unless a round has taken this store's batches already.
+    fn take(&self, rider: bool) -> Option<Ops> {
+        if rider && self.committable().is_err() {
+            return None;
+        }
+        let mut t = self.taken.lock().unwrap();
+        if t.busy {
+            return None;
+        }
         let batches = std::mem::take(&mut self.overlay.write().unwrap().pending);
+        if batches.is_empty() && rider {
+            return None;
+        }
         let ops = net_of(&batches)
             .into_iter()
             .map(|((space, key), value)| (space, key.to_vec(), value.cloned()))
             .collect();
-        self.taken.lock().unwrap().extend(batches);
-        ops
+        t.busy = true;
+        t.batches = batches;
+        Some(ops)
+    }
+
+    /// The round ended: committed (drop from the overlay what no later batch overwrote,
+    /// keep it in the read cache), away (pending again, ahead of what came since) or
+    /// refused for good (fenced, or an error that does not pass).
+    fn settle(&self, outcome: &StoreResult<()>) {
+        let mut t = self.taken.lock().unwrap();
+        let batches = std::mem::take(&mut t.batches);
+        match outcome {
+            Ok(()) => {
+                if let Some((since, _)) = self.unsynced.lock().unwrap().take() {
+                    tracing::warn!(
+                        after_ms = since.elapsed().as_millis() as u64,
+                        "postgres commits go through again"
+                    );
+                }
+                if let Some(upto) = batches.last().map(|b| b.seq) {
+                    let mut o = self.overlay.write().unwrap();
+                    for ((space, key), value) in net_of(&batches) {
+                        let sp = Space::ALL[space as usize];
+                        match value {
+                            Some(v) => self.cache.put(sp, key, Some(v.clone())),
+                            None => self.cache.forget(sp, key),
+                        }
+                        let map = &mut o.spaces[space as usize];
+                        if map.get(key).is_some_and(|(seq, _)| *seq <= upto) {
+                            if let Some((_, v)) = map.remove(key) {
+                                let freed = key.len() + v.map_or(0, |v| v.len());
+                                o.bytes = o.bytes.saturating_sub(freed);
+                            }
+                        }
+                    }
+                    drop(o);
+                    self.durable.store(upto, Ordering::SeqCst);
+                }
+            }
+            Err(e @ StoreError::Unavailable(_)) => {
+                // Pending again, ahead of what was written meanwhile; their entries never
+                // left the overlay. The next sync commits them all (see the module docs).
+                let mut o = self.overlay.write().unwrap();
+                let newer = std::mem::take(&mut o.pending);
+                o.pending = batches;
+                o.pending.extend(newer);
+                drop(o);
+                self.note_unsynced(e);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "postgres commit failed; refusing further writes");
+                *self.failed.lock().unwrap() = Some(copy_err(e));
+            }
+        }
+        t.busy = false;
+        drop(t);
+        self.settled.notify_all();
     }
 }
 
@@ -228,84 +306,53 @@ impl Shared {
         Ok(())
     }
 
+    /// Make every batch written so far durable.
     fn sync(self: &Arc<Self>) -> StoreResult<()> {
-        self.sync_to(u64::MAX)
+        let mark = self.overlay.read().unwrap().last_seq;
+        self.sync_to(mark)
     }
 
-    /// Make the batches up to number `mark` durable: at once if a sync did already;
-    /// else commit every pending batch, as taken when the node's commit round that
-    /// carries this request starts (`postgres_commit.rs`), so that what the engine writes
-    /// while the request waits for the round in flight goes in the same transaction, and
-    /// the syncs of those batches then find them durable.
+    /// Make the batches up to number `mark` durable: at once if a round did already
+    /// (a round takes every store's pending batches when it starts, with a request or
+    /// not, `postgres_commit.rs`); after the round that has them if one is in flight; else
+    /// with a request for the node's next round. What decides is the store's state after
+    /// the round (`durable`, `failed`), not the request's outcome: a round can have taken
+    /// these batches without this request.
     fn sync_to(self: &Arc<Self>, mark: u64) -> StoreResult<()> {
         let _order = self.sync_lock.lock().unwrap();
-        if self.durable.load(Ordering::SeqCst) >= mark {
-            return Ok(());
-        }
-        if let Err(e) = self.committable() {
-            if matches!(e, StoreError::Unavailable(_)) {
-                self.note_unsynced(&e);
+        loop {
+            if self.durable.load(Ordering::SeqCst) >= mark {
+                return Ok(());
             }
-            return Err(e);
-        }
-        if self.overlay.read().unwrap().pending.is_empty() {
-            *self.unsynced.lock().unwrap() = None;
-            return Ok(());
-        }
-        // Committed with whatever the node's other partitions sync meanwhile, in one
-        // transaction under each one's fence.
-        let source: Arc<dyn Source> = self.clone();
-        let request = Request {
-            lease: self.lease.clone(),
-            source,
-        };
-        let result = self.node.ctx.commits.submit(&self.node, request);
-        // What the round took (every committed request was taken; `take` ran once).
-        let batches = std::mem::take(&mut *self.taken.lock().unwrap());
-        if let Err(e) = result {
-            if let StoreError::Unavailable(_) = e {
-                // Pending again, ahead of what was written meanwhile; their entries never
-                // left the overlay. The next sync commits them all (see the module docs).
-                let mut o = self.overlay.write().unwrap();
-                let newer = std::mem::take(&mut o.pending);
-                o.pending = batches;
-                o.pending.extend(newer);
-                drop(o);
-                self.note_unsynced(&e);
-                return Err(e);
+            if let Some(e) = self.failed.lock().unwrap().as_ref() {
+                return Err(copy_err(e));
             }
-            tracing::error!(error = %e, "postgres commit failed; refusing further writes");
-            *self.failed.lock().unwrap() = Some(copy_err(&e));
-            return Err(e);
-        }
-        if let Some((since, _)) = self.unsynced.lock().unwrap().take() {
-            tracing::warn!(
-                after_ms = since.elapsed().as_millis() as u64,
-                "postgres commits go through again"
-            );
-        }
-        let Some(upto) = batches.last().map(|b| b.seq) else {
-            return Ok(());
-        };
-        let net = net_of(&batches);
-        let mut o = self.overlay.write().unwrap();
-        for ((space, key), value) in net {
-            let sp = Space::ALL[space as usize];
-            match value {
-                Some(v) => self.cache.put(sp, key, Some(v.clone())),
-                None => self.cache.forget(sp, key),
-            }
-            let map = &mut o.spaces[space as usize];
-            if map.get(key).is_some_and(|(seq, _)| *seq <= upto) {
-                if let Some((_, v)) = map.remove(key) {
-                    let freed = key.len() + v.map_or(0, |v| v.len());
-                    o.bytes = o.bytes.saturating_sub(freed);
+            {
+                let mut t = self.taken.lock().unwrap();
+                if t.busy {
+                    while t.busy {
+                        t = self.settled.wait(t).unwrap();
+                    }
+                    continue;
                 }
             }
+            if let Err(e) = self.committable() {
+                if matches!(e, StoreError::Unavailable(_)) {
+                    self.note_unsynced(&e);
+                }
+                return Err(e);
+            }
+            if self.overlay.read().unwrap().pending.is_empty() {
+                *self.unsynced.lock().unwrap() = None;
+                return Ok(());
+            }
+            // Unavailable: pending again (settled so), the caller retries later.
+            let source: Arc<dyn Source> = self.clone();
+            self.node
+                .ctx
+                .commits
+                .submit(&self.node, Request { source })?;
         }
-        drop(o);
-        self.durable.store(upto, Ordering::SeqCst);
-        Ok(())
     }
 
     /// Remember that commits fail for a reason that passes (logged when it starts).
@@ -514,7 +561,7 @@ impl PostgresStore {
     /// The store of a partition `node` has just taken under `lease`.
     pub(super) fn from_node(node: Arc<NodeCore>, lease: Arc<Lease>) -> PostgresStore {
         let ctx = &node.ctx;
-        PostgresStore {
+        let store = PostgresStore {
             cluster: ctx.cluster.clone(),
             shared: Arc::new(Shared {
                 pool: ctx.pool.clone(),
@@ -523,15 +570,19 @@ impl PostgresStore {
                 overlay: RwLock::new(Overlay::default()),
                 cache: ReadCache::new(ctx.cache_bytes),
                 sync_lock: Mutex::new(()),
-                taken: Mutex::new(Vec::new()),
+                taken: Mutex::new(Taken::default()),
+                settled: Condvar::new(),
                 durable: AtomicU64::new(0),
                 failed: Mutex::new(None),
                 unsynced: Mutex::new(None),
                 last_try: Mutex::new(None),
                 clock_check: AtomicBool::new(true),
-                node,
+                node: node.clone(),
             }),
-        }
+        };
+        let weak: std::sync::Weak<dyn Source> = Arc::downgrade(&store.shared) as _;
+        node.ctx.commits.register(weak);
+        store
     }
 
     /// The partition this store serves.
