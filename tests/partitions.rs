@@ -90,6 +90,18 @@ fn start(c: &Cluster, n: usize) -> Vec<Proc> {
     wait_until("the nodes to share the partitions out", LIMIT, || {
         balanced(&c.nodes[0].0, n)
     });
+    // A node that won a partition's lease serves it once its engine is rebuilt; until
+    // then it answers BACKEND_UNAVAILABLE for it (PROTOCOL.md §16). INFO asks every
+    // partition, through every node.
+    wait_until(
+        "every node to reach every partition's engine",
+        LIMIT,
+        || {
+            c.nodes[..n]
+                .iter()
+                .all(|node| connect(&node.0, None).is_some_and(|mut cl| cl.info().is_ok()))
+        },
+    );
     nodes
 }
 

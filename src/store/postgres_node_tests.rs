@@ -469,21 +469,42 @@ fn share_a_transaction(in_flight: usize) {
     eprintln!("200 concurrent syncs in {rounds} transactions ({in_flight} in flight)");
 }
 
-/// A sync's writes are taken when its round starts, not when it was asked for: what the
-/// store wrote while its request waited goes in the same transaction, and the sync of that
-/// later write then finds it durable without a transaction of its own.
-#[test]
-fn a_sync_commits_what_was_written_while_it_waited_for_its_round() {
+/// One node holding partitions 0 and 1 of two, committing pipelined (one round in flight).
+struct Two {
+    sch: String,
+    a: PgNode,
+    s0: PostgresStore,
+    s1: PostgresStore,
+    _dir: tempfile::TempDir,
+}
+
+fn two_partitions() -> Option<Two> {
     if skipped() {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let mut opts = options(dir.path(), "node-a", 2).unwrap();
     opts.commits_in_flight = super::super::IN_FLIGHT_PIPELINED;
     let sch = opts.schema.clone();
     let a = PgNode::open(&opts).unwrap();
-    let mut s0 = a.take(0).unwrap().unwrap();
-    let mut s1 = a.take(1).unwrap().unwrap();
+    let s0 = a.take(0).unwrap().unwrap();
+    let s1 = a.take(1).unwrap().unwrap();
+    Some(Two {
+        sch,
+        a,
+        s0,
+        s1,
+        _dir: dir,
+    })
+}
+
+/// A sync's writes are taken when its round starts, not when it was asked for: what the
+/// store wrote while its request waited goes in the same transaction, and the sync of that
+/// later write then finds it durable without a transaction of its own.
+#[test]
+fn a_sync_commits_what_was_written_while_it_waited_for_its_round() {
+    let Some(t) = two_partitions() else { return };
+    let (sch, a, mut s0, mut s1) = (t.sch, t.a, t.s0, t.s1);
     let mut sync0 = s0.syncer().unwrap();
     // The next round waits until two syncs are queued.
     let before = a.commits_for_test(2);
@@ -528,16 +549,8 @@ fn a_sync_commits_what_was_written_while_it_waited_for_its_round() {
 /// no sync: its writes ride along, and its own sync of them then takes no transaction.
 #[test]
 fn a_round_takes_the_pending_writes_of_stores_that_did_not_ask() {
-    if skipped() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = options(dir.path(), "node-a", 2).unwrap();
-    opts.commits_in_flight = super::super::IN_FLIGHT_PIPELINED;
-    let sch = opts.schema.clone();
-    let a = PgNode::open(&opts).unwrap();
-    let mut s0 = a.take(0).unwrap().unwrap();
-    let mut s1 = a.take(1).unwrap().unwrap();
+    let Some(t) = two_partitions() else { return };
+    let (sch, a, mut s0, mut s1) = (t.sch, t.a, t.s0, t.s1);
     let before = a.commits_for_test(0);
     s1.write(put(b"rider-0000000000")).unwrap();
     let rider = s1.written();
