@@ -290,6 +290,43 @@ fn a_node_added_and_one_stopped_under_load() {
     eprintln!("{pushed} pushes answered +OK, {refused} refused or cut");
 }
 
+/// A node that has just won a partition's lease refuses requests for it until its
+/// engine is rebuilt; a node forwarding to it asks again until it serves (for a few
+/// seconds at most), so that a partition's move shows to no client: pushes through a node
+/// that gives partitions up to a joining node, whose rebuild of a backlog takes a while,
+/// are all answered +OK.
+#[test]
+fn pushes_through_a_node_giving_partitions_up_are_never_refused() {
+    if url().is_none() {
+        return;
+    }
+    let _one = serial();
+    let c = cluster(2);
+    let mut nodes = start(&c, 1);
+    let to = &c.nodes[0].0;
+    // A backlog in queues of every partition, other than the load's.
+    let mut filler = connect(to, None).unwrap();
+    for q in 0..32 {
+        let jobs: Vec<Value> = (0..1000)
+            .map(|i| test_job(&format!("backlog{q}"), json!({"args": [i]})))
+            .collect();
+        filler.push_bulk(&jobs).unwrap();
+    }
+    let mut load = Load::over(to, to, 3, 2, queues());
+    wait_until("jobs to flow", LIMIT, || load.acked() > 50);
+    nodes.push(c.node(1));
+    wait_until("the new node to get its share", LIMIT, || balanced(to, 2));
+    let before = load.pushed();
+    wait_until("pushes to flow after the move", LIMIT, || {
+        load.pushed() > before + 100
+    });
+    load.stop_pushing();
+    let refused = load.ledger.push_error_codes.lock().unwrap().clone();
+    assert!(refused.is_empty(), "pushes refused: {refused:?}");
+    let (pushed, _) = load.finish_and_check(to);
+    eprintln!("{pushed} pushes answered +OK, none refused");
+}
+
 #[test]
 fn a_frozen_node_is_fenced_and_nothing_it_answered_is_lost() {
     if url().is_none() {

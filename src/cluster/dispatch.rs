@@ -23,6 +23,12 @@ const RETRY_CONNECT_AFTER: std::time::Duration = std::time::Duration::from_milli
 /// How long a request for a partition that no live node holds waits for one to take it.
 const MOVE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// The pauses before asking a partition's holder again after it said it does not serve
+/// the partition (yet): the first retry at once, then from this, doubling...
+const MOVED_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+/// ...up to this.
+const MOVED_RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(200);
+
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -215,9 +221,11 @@ impl Cluster {
         match self.target(part).await {
             Ok(Target::Local(h)) => h.submit_with(conn, wid, cmd, bytes, viewed).await,
             Ok(Target::Remote(l)) if self.parts() > 1 => {
-                // The holder may have given the partition up since the routes were read:
-                // it then refuses the request before running it, and it goes once more to
-                // the partition's new holder.
+                // The holder may have given the partition up since the routes were read, or
+                // have just won its lease and not serve it yet (its engine is rebuilt
+                // first): it then refuses the request before running it, and the request
+                // goes to the partition's holder again, looked up anew, at growing intervals
+                // for up to MOVE_WAIT.
                 let again = cmd.clone();
                 let first = l
                     .submit(part, conn, wid.clone(), cmd, bytes, viewed)
@@ -226,27 +234,33 @@ impl Cluster {
                 let (tx, rx) = oneshot::channel();
                 let me = self.clone();
                 tokio::spawn(async move {
-                    let a = first
+                    let mut a = first
                         .await
                         .unwrap_or_else(|_| Err(super::link::lost(&l.owner)));
-                    let moved = matches!(&a, Err(e) if e.message.starts_with(NOT_HOLDER));
-                    if !moved {
-                        let _ = tx.send(a);
-                        return;
+                    let mut addr = l.addr.clone();
+                    let t0 = Instant::now();
+                    let mut pause = std::time::Duration::ZERO;
+                    while matches!(&a, Err(e) if e.message.starts_with(NOT_HOLDER))
+                        && t0.elapsed() < MOVE_WAIT
+                    {
+                        me.moved(part, &addr);
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).clamp(MOVED_RETRY_FIRST, MOVED_RETRY_MAX);
+                        let (wid, cmd) = (wid.clone(), again.clone());
+                        let rx = match me.target(part).await {
+                            Ok(Target::Local(h)) => {
+                                h.submit_with(conn, wid, cmd, bytes, viewed).await
+                            }
+                            Ok(Target::Remote(l)) => {
+                                addr.clone_from(&l.addr);
+                                l.submit(part, conn, wid, cmd, bytes, viewed).await.1
+                            }
+                            Err(e) => ready(Err(e)),
+                        };
+                        a = rx
+                            .await
+                            .unwrap_or_else(|_| Err(me.unreachable(Some(part), "no answer")));
                     }
-                    me.moved(part, &l.addr);
-                    let rx = match me.target(part).await {
-                        Ok(Target::Local(h)) => {
-                            h.submit_with(conn, wid, again, bytes, viewed).await
-                        }
-                        Ok(Target::Remote(l)) => {
-                            l.submit(part, conn, wid, again, bytes, viewed).await.1
-                        }
-                        Err(e) => ready(Err(e)),
-                    };
-                    let a = rx
-                        .await
-                        .unwrap_or_else(|_| Err(me.unreachable(Some(part), "no answer")));
                     let _ = tx.send(a);
                 });
                 rx
