@@ -1,12 +1,12 @@
 //! Group commit across a node's partitions: the syncs of the partition stores a node holds
 //! that come at about the same time commit in ONE transaction.
 //!
-//! Each store's [`Shared::sync`](super::postgres_store) hands a request, with its lease
-//! (partition and epoch), to the node's [`CommitQueue`] (in `NodeCtx`, shared by all the
-//! node's stores); the committer of the round that carries it takes the store's pending
-//! batches, folded into their net effect, when the round starts ([`Source::take`]), so
-//! that what the store's engine wrote while the request waited behind the round in flight
-//! commits with it (and that batch's own sync then finds it durable). Leader and
+//! Each store's [`Shared::sync`](super::postgres_store) hands a request to the node's
+//! [`CommitQueue`] (in `NodeCtx`, shared by all the node's stores). The committer of a
+//! round takes, when the round starts ([`Source::take`]), the pending batches of the
+//! round's stores and of every other store of the node that has some (riders), folded into
+//! their net effect: what an engine wrote while its request waited behind the round in
+//! flight commits with it, and that batch's own sync then finds it durable. Leader and
 //! followers: the request is queued; when fewer than `in_flight` commits are in
 //! flight, its caller becomes a committer, takes every request queued and commits them
 //! together; otherwise it waits for a commit in flight to finish, and then either its
@@ -25,9 +25,10 @@
 //! key[], value[]) ON CONFLICT DO UPDATE`, rows sorted by (part, space, key) so that
 //! concurrent transactions lock alike. Any other failure is every
 //! request's: `Unavailable` (PostgreSQL away; each store puts its batches back as pending)
-//! or a statement refused. What a store does after its commit (overlay, read cache,
-//! `unsynced`) it still does itself, under its own locks; and since a store holds its
-//! `sync_lock` across the request, it never has two in a queue.
+//! or a statement refused. What a store does after its round (overlay, read cache,
+//! `unsynced`) it does itself, under its own locks ([`Source::settle`]); a store is taken
+//! by one round at a time, and since it holds its `sync_lock` across its request, it
+//! never has two in a queue.
 
 use super::postgres_errors::timed;
 use super::postgres_lease::Lease;
@@ -35,6 +36,7 @@ use super::postgres_node::NodeCore;
 use super::postgres_store::{err, pool_err};
 use super::{StoreError, StoreResult};
 use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -233,12 +235,20 @@ impl CommitQueue {
         // The statement's fence names partitions, so a partition's rows are written under
         // one epoch per round: an older store of a partition this node took again (its
         // epoch is gone) is fenced here and left out.
-        let stale = |(a, _): &(Arc<dyn Source>, Ops)| {
-            taken
-                .iter()
-                .any(|(b, _)| b.lease().part == a.lease().part && b.lease().epoch > a.lease().epoch)
-        };
-        let live: Vec<&(Arc<dyn Source>, Ops)> = taken.iter().filter(|t| !stale(t)).collect();
+        let mut newest: HashMap<i32, i64> = HashMap::with_capacity(taken.len());
+        for (src, _) in taken {
+            let e = newest.entry(src.lease().part).or_insert(src.lease().epoch);
+            *e = (*e).max(src.lease().epoch);
+        }
+        let stale: Vec<bool> = taken
+            .iter()
+            .map(|(src, _)| newest[&src.lease().part] > src.lease().epoch)
+            .collect();
+        let live: Vec<&(Arc<dyn Source>, Ops)> = taken
+            .iter()
+            .zip(&stale)
+            .filter_map(|(t, stale)| (!stale).then_some(t))
+            .collect();
         let mut results = if live.is_empty() {
             Vec::new()
         } else {
@@ -254,8 +264,9 @@ impl CommitQueue {
         .into_iter();
         taken
             .iter()
-            .map(|t| match stale(t) {
-                true => fenced(&t.0),
+            .zip(stale)
+            .map(|((src, _), stale)| match stale {
+                true => fenced(src),
                 false => results.next().unwrap_or(Ok(())),
             })
             .collect()
@@ -263,16 +274,16 @@ impl CommitQueue {
 
     /// The node's stores without a request in `round`, dropping those that are gone.
     fn others(&self, round: &[Arc<Slot>]) -> Vec<Arc<dyn Source>> {
+        let asked: HashSet<*const ()> = round
+            .iter()
+            .map(|s| Arc::as_ptr(&s.req.source).cast::<()>())
+            .collect();
         let mut stores = self.stores.lock().unwrap();
         stores.retain(|w| w.strong_count() > 0);
         stores
             .iter()
+            .filter(|w| !asked.contains(&w.as_ptr().cast::<()>()))
             .filter_map(std::sync::Weak::upgrade)
-            .filter(|src| {
-                !round
-                    .iter()
-                    .any(|s| std::ptr::addr_eq(Arc::as_ptr(&s.req.source), Arc::as_ptr(src)))
-            })
             .collect()
     }
 

@@ -19,14 +19,16 @@
 //!
 //! [`Store::write`] appends the batch to an in-memory overlay (per space, an ordered map of
 //! key to value or tombstone, each stamped with its batch's number) that every read merges
-//! over PostgreSQL, so a write is visible at once. [`Syncer::sync`] takes every pending
-//! batch (when the node's commit round that carries it starts, `postgres_commit.rs`, so
-//! also those written while it waited; a later `Syncer::sync_to` of a batch already
-//! committed so returns at once), folds them into their net effect (the last op on a key
-//! wins) and commits that in ONE transaction (a `DELETE ... USING unnest(...)` and an `INSERT ... SELECT unnest(...)
-//! ON CONFLICT DO UPDATE`), then drops from the overlay each entry no later batch has
-//! overwritten. A crash loses the pending batches whole and never keeps a later one without
-//! an earlier one, since they commit together or not at all and syncs are serialised.
+//! over PostgreSQL, so a write is visible at once. A commit round of the node
+//! (`postgres_commit.rs`) takes every pending batch when it starts, whether this store's
+//! [`Syncer::sync`] asked for it or not, folds them into their net effect (the last op on
+//! a key wins) and commits that in ONE transaction (a `DELETE ... USING unnest(...)` and an
+//! `INSERT ... SELECT unnest(...) ON CONFLICT DO UPDATE`); the store then drops from the
+//! overlay each entry no later batch has overwritten (`postgres_sync.rs`). A sync returns
+//! once its batches are durable, at once when a round already made them so
+//! ([`Syncer::sync_to`]). A crash loses the pending batches whole and never keeps a later
+//! one without an earlier one, since they commit together or not at all and a store is in
+//! one round at a time.
 //! [`Store::commit`] is `write` then `sync`. The overlay holds at most what the engine has
 //! in flight (`MAX_UNSYNCED` batches, engine/commit.rs); past [`OVERLAY_MAX_BYTES`] of
 //! pending values a `write` syncs on its own first, so the overlay stays bounded whoever
