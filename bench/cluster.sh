@@ -16,7 +16,8 @@
 #    as a partition-aware client (ojsd-bench --to-holders: each worker on the holder of its
 #    queue, each PUSH over the connection to its queue's holder; nothing forwarded).
 #    Reported per run: jobs/s, pickup p50/p99, the database's
-#    xact_commit and transaction ids assigned (writing transactions) and WAL bytes per job,
+#    xact_commit and transaction ids assigned (writing transactions), WAL bytes and ojs_kv rows
+#    inserted, updated and deleted per job,
 #    the CPU seconds of the nodes and of PostgreSQL per 1,000 jobs, and the machine's CPU
 #    steal and idle over the run (/proc/stat).
 # 2. takeover: 3 nodes, TAKEOVER_JOBS jobs pushed over the QUEUES queues (PUSHB 100 through
@@ -32,6 +33,7 @@
 #      below saturation; default as fast as possible), TAKEOVER_JOBS=100000, LEASE_TTL_MS=5000,
 #      PG_NODE_ARGS (more flags for the PostgreSQL nodes), PG_URL (a database of its own,
 #      else a throw-away PostgreSQL 15 is started here as in takeover.sh),
+#      PG_SERVER_ARGS (more -c settings for the throw-away PostgreSQL, as in bench/pg.sh),
 #      OJSD_BIN / BENCH_BIN (prebuilt binaries instead of `cargo build --release`),
 #      OUT_DIR (keep the raw JSON and the nodes' logs there).
 set -euo pipefail
@@ -169,11 +171,12 @@ stop_pids() {
 load() {
     local setup=$1 pass=$2 addrs=$3
     shift 3
-    local name="tp-$setup-$pass" x0 x1 t0 t1 w0 w1 s0 s1
+    local name="tp-$setup-$pass" x0 x1 t0 t1 w0 w1 s0 s1 r0 r1
     if [ "$setup" != fjall ]; then
         x0=$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
         w0=$(sql "SELECT pg_current_wal_lsn()")
         t0=$(sql "SELECT txid_current()")
+        r0=$(sql "SELECT coalesce(sum(n_tup_ins), 0) || ' ' || coalesce(sum(n_tup_upd), 0) || ' ' || coalesce(sum(n_tup_hot_upd), 0) || ' ' || coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables WHERE relname = 'ojs_kv'")
     fi
     s0=$(snapshot "$@")
     "$BENCH" --addr "$addrs" --mode one --jobs "$JOBS" --producers "$PRODUCERS" \
@@ -193,11 +196,14 @@ load() {
         x1=$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
         w1=$(sql "SELECT pg_current_wal_lsn()")
         t1=$(sql "SELECT txid_current()")
+        r1=$(sql "SELECT coalesce(sum(n_tup_ins), 0) || ' ' || coalesce(sum(n_tup_upd), 0) || ' ' || coalesce(sum(n_tup_hot_upd), 0) || ' ' || coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables WHERE relname = 'ojs_kv'")
         local wal
         wal=$(sql "SELECT pg_wal_lsn_diff('$w1', '$w0')")
         row throughput "$setup" "$pass" "PG transactions per job (all / writing)" \
             "$(python3 -c "print(round(($x1 - $x0) / $JOBS, 3), '/', round(($t1 - $t0 - 1) / $JOBS, 4))")"
         row throughput "$setup" "$pass" "WAL bytes per job" "$(python3 -c "print(round($wal / $JOBS))")"
+        row throughput "$setup" "$pass" "ojs_kv rows per job: inserted / updated (HOT) / deleted" \
+            "$(python3 -c "a = '$r0'.split(); b = '$r1'.split(); d = [(int(y) - int(x)) / $JOBS for x, y in zip(a, b)]; print('%.2f / %.2f (%.2f) / %.2f' % tuple(d))")"
     fi
 }
 

@@ -21,7 +21,7 @@ pg_start() {
         --locale=C >"$TMP/initdb.log" 2>&1 || { cat "$TMP/initdb.log"; exit 1; }
     as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -o \
         "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$PG_DIR \
-         -c fsync=on -c synchronous_commit=on -c max_connections=200" start >/dev/null \
+         -c fsync=on -c synchronous_commit=on -c max_connections=200 ${PG_SERVER_ARGS:-}" start >/dev/null \
         || { cat "$PG_DIR/server.log"; exit 1; }
     as_pg "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres ojsd_bench
     PG_URL="postgres://postgres@127.0.0.1:$PG_PORT/ojsd_bench"

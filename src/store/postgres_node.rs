@@ -53,13 +53,15 @@
 //! [`PgNode::locate`] answers `SELECT part FROM ojs_kv WHERE space = ... AND key = ...` on
 //! the node's runtime, through a oneshot, so that any runtime can await it (the cluster
 //! routes an ACK by job id without asking every node). Committed rows only. For
-//! [`Space::Job`] it uses the partial index `ojs_kv (key) WHERE space = 0` (schema version
-//! 3): one probe, and the space's literal in the statement lets every plan use it. A full
+//! a job record ([`Space::Job`], a 16-byte id) it uses the partial index `ojs_kv (key)
+//! WHERE space = 0 AND octet_length(key) = 16` (schema versions 3 and 4): one probe, and the
+//! predicate written out in the statement lets every plan use it. A full
 //! `(space, key)` index would also serve the other spaces, but every insert and delete of
 //! every record would pay for it, the event log's above all (appended and pruned all the
-//! time), for lookups nobody makes; the job space (a job record under the 16-byte id and
-//! a state record under id + 0x01) is where the jobs an ACK names are. Other spaces are
-//! looked up through the primary key, `part = ANY(0..P)`: one probe per partition.
+//! time), for lookups nobody makes; the job records are where the jobs an ACK names are
+//! (their state records, under id + 0x01, are left out since version 4: every transition
+//! rewrites one). Other keys are looked up through the primary key, `part = ANY(0..P)`:
+//! one probe per partition.
 
 use super::postgres_balance::{plan, HeldInfo, View};
 use super::postgres_cluster::PgClusterView;
@@ -149,8 +151,8 @@ impl NodeSql {
                  WHERE heartbeat_at > now() - $1::bigint * interval '1 millisecond'"
             ),
             locate_job: format!(
-                "SELECT part FROM {s}.ojs_kv WHERE space = {job} AND key = $1 \
-                 ORDER BY part LIMIT 1",
+                "SELECT part FROM {s}.ojs_kv WHERE space = {job} AND octet_length(key) = 16 \
+                 AND key = $1 ORDER BY part LIMIT 1",
                 job = Space::Job.index()
             ),
             locate_any: format!(
@@ -247,7 +249,7 @@ impl NodeCtx {
 
     async fn locate(&self, space: Space, key: &[u8]) -> StoreResult<Option<u32>> {
         let client = self.pool.get().await.map_err(pool_err)?;
-        let row = if space == Space::Job {
+        let row = if space == Space::Job && key.len() == 16 {
             let st = client
                 .prepare_cached(&self.sql.locate_job)
                 .await

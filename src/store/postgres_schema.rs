@@ -9,7 +9,7 @@ use deadpool_postgres::Pool;
 use std::time::{Duration, Instant};
 
 /// The layout this build writes (`ojs_meta.schema_version`): each step of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: usize = 3;
+pub const SCHEMA_VERSION: usize = 4;
 /// The most partitions a cluster may have (`--partitions`).
 pub const MAX_PARTITIONS: u32 = 1024;
 /// Migration steps; step `i` takes the schema from version `i` to `i + 1`. `{s}` is the
@@ -33,6 +33,15 @@ UPDATE {s}.ojs_nodes SET client_addr = peer_addr, peer_addr = NULL;
 -- Version 3: which partition holds a job (PgNode::locate), by the job space's keys alone
 -- (space 0 is Space::Job; see postgres_node.rs for why a partial index).
 CREATE INDEX IF NOT EXISTS ojs_kv_job_key ON {s}.ojs_kv (key) WHERE space = 0;
+",
+    "
+-- Version 4: that index holds the job records (16-byte keys) and no longer their state
+-- records (17 bytes), which are inserted with every job and rewritten by every
+-- transition; and the table's pages keep a fifth free, so that a state record's rewrite
+-- can stay on its page (a HOT update: no index entry).
+DROP INDEX IF EXISTS {s}.ojs_kv_job_key;
+CREATE INDEX ojs_kv_job_key ON {s}.ojs_kv (key) WHERE space = 0 AND octet_length(key) = 16;
+ALTER TABLE {s}.ojs_kv SET (fillfactor = 80);
 ",
 ];
 const _: () = assert!(

@@ -231,7 +231,29 @@ fn version_1_nodes_get_their_client_address_moved_and_peer_addresses_register() 
         .map(|r| r.get(0))
         .collect();
     assert_eq!(v, vec![SCHEMA_VERSION.to_string()]);
-    assert_eq!(SCHEMA_VERSION, 3);
+    assert_eq!(SCHEMA_VERSION, 4);
+    // Version 4: the job-key index leaves the state records out; pages keep room for HOT
+    // updates.
+    let schema = s.trim_matches('"');
+    let def: Vec<String> = b
+        .sql_for_test(&format!(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = '{schema}' \
+             AND indexname = 'ojs_kv_job_key'"
+        ))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(def.len(), 1, "{def:?}");
+    assert!(def[0].contains("octet_length(key) = 16"), "{def:?}");
+    let opts: Vec<Option<Vec<String>>> = b
+        .sql_for_test(&format!(
+            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = '{schema}' AND c.relname = 'ojs_kv'"
+        ))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(opts, vec![Some(vec!["fillfactor=80".to_string()])]);
 }
 
 /// Renewals keep the lease: past several TTLs the owner still commits, and another node is
