@@ -2,8 +2,9 @@
 # after they set TMP (their scratch directory) and PIDS (the processes to kill on exit).
 # Gives: free_port; pg_start NAME, which starts a throw-away PostgreSQL 15 unless PG_URL
 # names one (initdb as the `postgres` user when root, as .ci/postgres.sh does, on PG_PORT
-# or a free port; sets PG_URL, and PG_DIR and PG_PID when it started one); pg_stop; sql;
-# node and wait_listening for the ojsd processes.
+# or a free port, with PG_SERVER_ARGS added to its settings; sets PG_URL, and PG_DIR and
+# PG_PID when it started one); pg_stop; sql; node and wait_listening for the ojsd
+# processes.
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 PG_DIR=""
 PG_PID=""
