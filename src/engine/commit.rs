@@ -212,7 +212,7 @@ impl Engine {
     pub(super) fn commit(&mut self, mut txn: Txn) -> Result<(), StoreError> {
         let index = &self.index;
         let written = txn.seal(|id| index.jobs.get(&id).map(|e| e.seq).unwrap_or(0));
-        Self::log_events(&mut txn);
+        self.log_events(&mut txn);
         let batch = std::mem::take(&mut txn.batch);
         let wrote = !batch.is_empty();
         self.compaction.note(
@@ -226,6 +226,9 @@ impl Engine {
                 let began = std::time::Instant::now();
                 let r = self.store.write(batch);
                 self.slow.write = began.elapsed();
+                if r.is_ok() {
+                    self.logged(!txn.events.is_empty());
+                }
                 r
             }
         };

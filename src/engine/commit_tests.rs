@@ -1,6 +1,7 @@
 //! When replies leave: a FETCH's before its batch is durable, everything else (and an ACK
 //! with `fetch`) after. A store whose syncs wait at a gate the test holds shows the order
-//! without timing anything: while the gate is shut nothing can become durable.
+//! without timing anything: while the gate is shut nothing can become durable. And how a
+//! batch's events join the last log record while the store still holds it.
 
 use super::super::request::Command;
 use super::super::test_store::Wrapped;
@@ -128,5 +129,76 @@ fn fetch(q: &str) -> Command {
         queues: vec![q.into()],
         count: None,
         wait: None,
+    }
+}
+
+/// While the store holds the batch that wrote the last log record (PostgreSQL between its
+/// commit rounds; here the test store says so), the next batches' events join that record
+/// instead of each writing one: a single record, read back whole and in order. Otherwise
+/// each batch writes its own.
+#[test]
+fn while_the_store_holds_the_last_record_the_next_batches_events_join_it() {
+    use crate::events::{decode_chunk, key_cursor, EventFilter, Start};
+    use crate::store::Space;
+    for holding in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Wrapped::new(crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap());
+        store
+            .holding
+            .store(holding, std::sync::atomic::Ordering::SeqCst);
+        let cfg = Config {
+            commit_pipeline: true,
+            ..Default::default()
+        };
+        let (handle, thread) = start(Box::new(store), cfg).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let long = Duration::from_secs(20);
+        // One batch each: the next PUSH goes once the last is answered.
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            let mut rx = rt.block_on(handle.submit(None, push("q"), 100));
+            ids.push(id_of(&within(&rt, &mut rx, long).unwrap()));
+        }
+        let page = rt
+            .block_on(handle.events(EventFilter::default(), Start::After(0), 100))
+            .unwrap();
+        let cursors: Vec<u64> = page.events.iter().map(|e| e.cursor).collect();
+        let first = cursors[0];
+        assert_eq!(
+            cursors,
+            (first..first + cursors.len() as u64).collect::<Vec<_>>(),
+            "holding={holding}"
+        );
+        let enqueued: Vec<String> = page
+            .events
+            .iter()
+            .filter(|e| e.kind == "job.enqueued")
+            .map(|e| serde_json::from_slice::<Value>(&e.json()).unwrap()["subject"].to_string())
+            .collect();
+        let quoted: Vec<String> = ids.iter().map(|id| format!("{id:?}")).collect();
+        assert_eq!(enqueued, quoted, "holding={holding}");
+        handle.shutdown();
+        thread.join().unwrap().unwrap();
+
+        let store = crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap();
+        let mut records = Vec::new();
+        store
+            .scan(Space::Event, &mut |k, v| {
+                let first = key_cursor(k).unwrap();
+                records.push((first, decode_chunk(first, v).unwrap().len()));
+                true
+            })
+            .unwrap();
+        let logged: usize = records.iter().map(|(_, n)| n).sum();
+        assert_eq!(logged, cursors.len(), "holding={holding}: {records:?}");
+        if holding {
+            assert_eq!(records.len(), 1, "{records:?}");
+        } else {
+            assert!(records.len() >= 5, "{records:?}");
+        }
     }
 }

@@ -61,7 +61,25 @@ pub(super) struct EventState {
     /// Smallest cursor still in the log (== `next` when the log is empty).
     pub oldest: u64,
     subs: Vec<LiveSub>,
+    /// The last log record written, while the store still holds its batch uncommitted
+    /// (see [`Engine::log_events`]).
+    open: Option<OpenRecord>,
 }
+
+/// A log record the next batch may add its events to.
+struct OpenRecord {
+    /// Its key's cursor, and the cursor after its last event.
+    first: u64,
+    next: u64,
+    record: Vec<u8>,
+    /// The store's mark after the batch that wrote it (`Store::written`).
+    mark: u64,
+}
+
+/// Most events and bytes a record grows to by later batches' events (each adds a copy of
+/// the whole record to its batch, so this stays well below a record's own bounds).
+const OPEN_MAX_EVENTS: usize = 256;
+const OPEN_MAX_BYTES: usize = 64 << 10;
 
 /// What a read returns: a page of matching events (empty when they went into a
 /// subscriber's buffer), how many there were, and the last cursor the read covered (resume
@@ -126,23 +144,72 @@ impl Engine {
     }
 
     /// Write this batch's events to the log, a record per run of consecutive cursors.
-    pub(super) fn log_events(txn: &mut Txn) {
+    ///
+    /// A store that holds batches until a commit takes them all (PostgreSQL, pipelined)
+    /// would get a record per batch, and an engine writes several batches while one
+    /// commit is out: as many rows. So while the store still holds the batch that wrote
+    /// the last record, this batch's events are added to that record instead, written
+    /// again whole under its key: the commit that takes both writes one row. A commit
+    /// that took the old value meanwhile is followed by one writing the new; readers see
+    /// the record grow, which they take as they would the next record (they read by
+    /// cursor, up to the durable head).
+    pub(super) fn log_events(&mut self, txn: &mut Txn) {
         let mut rest = &txn.events[..];
+        if let Some(open) = self.events.open.as_mut() {
+            let follows = rest.first().is_some_and(|e| e.cursor == open.next);
+            if follows && open.first >= self.events.oldest && self.store.still_pending(open.mark) {
+                let taken =
+                    events::append_chunk(&mut open.record, rest, OPEN_MAX_EVENTS, OPEN_MAX_BYTES);
+                if taken > 0 {
+                    open.next += taken as u64;
+                    txn.batch.put(
+                        Space::Event,
+                        &events::cursor_key(open.first),
+                        open.record.clone(),
+                    );
+                    rest = &rest[taken..];
+                }
+            }
+        }
+        // Only a pipelined engine's store holds batches between its syncs.
+        let keep = self.pipeline.is_some();
+        let mut last = None;
         while let Some(first) = rest.first() {
             let (record, taken) = events::encode_chunk(rest);
             if taken == 0 {
-                // Only an event read back from an old log record has no compact form, and
+                // Only an event read back from an old record has no compact form, and
                 // the engine never logs one again; never loop on it.
                 tracing::error!(
                     cursor = first.cursor,
                     "an event without a compact form was not logged"
                 );
                 rest = &rest[1..];
+                last = None;
                 continue;
             }
-            txn.batch
-                .put(Space::Event, &events::cursor_key(first.cursor), record);
             rest = &rest[taken..];
+            let key = events::cursor_key(first.cursor);
+            if keep && rest.is_empty() {
+                last = Some((first.cursor, taken, record.clone()));
+            }
+            txn.batch.put(Space::Event, &key, record);
+        }
+        if let Some((first, taken, record)) = last {
+            self.events.open = Some(OpenRecord {
+                first,
+                next: first + taken as u64,
+                record,
+                mark: 0,
+            });
+        }
+    }
+
+    /// After the batch's write: the store's mark of the batch that holds the open record.
+    pub(super) fn logged(&mut self, wrote_events: bool) {
+        if wrote_events {
+            if let Some(open) = self.events.open.as_mut() {
+                open.mark = self.store.written();
+            }
         }
     }
 
@@ -485,6 +552,11 @@ impl Engine {
         }
         if drop.is_empty() {
             return false;
+        }
+        if let Some(open) = &self.events.open {
+            if drop.contains(&open.first) {
+                self.events.open = None;
+            }
         }
         for first in drop {
             txn.batch.delete(Space::Event, &events::cursor_key(first));

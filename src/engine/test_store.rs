@@ -1,10 +1,11 @@
 //! A real store wrapped for the engine's tests: its syncs and commits wait while a gate the
 //! test holds is shut (so a test sees what leaves before a batch is durable without timing
-//! anything), and its reads of job records are counted (so a test sees what the cache
-//! served).
+//! anything), its reads of job records are counted (so a test sees what the cache
+//! served), and it says its last batch is still held uncommitted while `holding` is set
+//! (as PostgreSQL's store does between commit rounds).
 
 use crate::store::{Batch, Bounds, Space, Store, StoreResult, Syncer};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Shut: syncs (and commits) wait until it opens.
@@ -29,6 +30,7 @@ pub(super) struct Wrapped {
     inner: Box<dyn Store>,
     pub(super) gate: Gate,
     pub(super) job_reads: Arc<AtomicUsize>,
+    pub(super) holding: Arc<AtomicBool>,
 }
 
 impl Wrapped {
@@ -37,6 +39,7 @@ impl Wrapped {
             inner,
             gate: Gate::default(),
             job_reads: Arc::default(),
+            holding: Arc::default(),
         }
     }
 }
@@ -60,6 +63,9 @@ impl Store for Wrapped {
     }
     fn write(&mut self, batch: Batch) -> StoreResult<()> {
         self.inner.write(batch)
+    }
+    fn still_pending(&self, _mark: u64) -> bool {
+        self.holding.load(Ordering::SeqCst)
     }
     fn syncer(&self) -> StoreResult<Box<dyn Syncer>> {
         Ok(Box::new(GatedSyncer {

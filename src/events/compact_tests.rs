@@ -282,6 +282,47 @@ fn chunks_split_at_their_limits() {
 }
 
 #[test]
+fn a_record_grown_by_appends_is_the_record_of_all_its_events_and_keeps_its_bounds() {
+    let one = |c: u64| {
+        build(
+            c,
+            "job.enqueued",
+            "s".into(),
+            Utc::now(),
+            JOB,
+            job_data(JOB, json!({ "n": c })),
+        )
+    };
+    let all: Vec<Event> = (10..20).map(one).collect();
+    let (whole, taken) = encode_chunk(&all);
+    assert_eq!(taken, 10);
+    let (mut grown, taken) = encode_chunk(&all[..3]);
+    assert_eq!(taken, 3);
+    assert_eq!(append_chunk(&mut grown, &all[3..5], 100, 1 << 20), 2);
+    assert_eq!(append_chunk(&mut grown, &all[5..], 100, 1 << 20), 5);
+    assert_eq!(grown, whole, "the same bytes as encoding them together");
+    let read: Vec<u64> = decode_chunk(10, &grown)
+        .unwrap()
+        .iter()
+        .map(|(c, _)| *c)
+        .collect();
+    assert_eq!(read, (10..20).collect::<Vec<_>>());
+    // The bounds: events, then bytes.
+    let (mut capped, _) = encode_chunk(&all[..3]);
+    assert_eq!(append_chunk(&mut capped, &all[3..], 4, 1 << 20), 1);
+    assert_eq!(decode_chunk(10, &capped).unwrap().len(), 4);
+    let (mut small, _) = encode_chunk(&all[..1]);
+    let len = small.len();
+    assert_eq!(append_chunk(&mut small, &all[1..], 100, len + 10), 0);
+    assert_eq!(small.len(), len, "nothing added past the byte bound");
+    assert_eq!(decode_chunk(10, &small).unwrap().len(), 1);
+    // Not a version 2 record: nothing is appended.
+    let mut old = b"\x01\0\0\0\0".to_vec();
+    assert_eq!(append_chunk(&mut old, &all, 100, 1 << 20), 0);
+    assert_eq!(old, b"\x01\0\0\0\0");
+}
+
+#[test]
 fn a_job_event_built_from_its_fields_is_the_one_built_from_its_data_map() {
     let time = Utc::now();
     let id = uuid::Uuid::now_v7().to_string();

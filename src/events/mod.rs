@@ -279,9 +279,30 @@ pub fn encode_chunk(events: &[Event]) -> (Vec<u8>, usize) {
     let mut v = Vec::with_capacity(5 + events.len().min(CHUNK_MAX_EVENTS) * 160);
     v.push(CHUNK_V2);
     v.extend_from_slice(&[0; 4]);
-    let mut taken = 0u32;
+    let taken = append_chunk(&mut v, events, CHUNK_MAX_EVENTS, CHUNK_MAX_BYTES);
+    (v, taken)
+}
+
+/// Append the events that follow a record's last (consecutive cursors) to `record`, as
+/// long as it stays within `max_events` and `max_bytes` (but an empty record takes at
+/// least one); returns how many it took. `record` is one `encode_chunk` made (version 2).
+pub fn append_chunk(
+    record: &mut Vec<u8>,
+    events: &[Event],
+    max_events: usize,
+    max_bytes: usize,
+) -> usize {
+    let Some(held) = record
+        .get(1..5)
+        .filter(|_| record[0] == CHUNK_V2)
+        .and_then(|b| b.try_into().ok())
+        .map(|b: [u8; 4]| u32::from_be_bytes(b) as usize)
+    else {
+        return 0;
+    };
+    let mut taken = 0usize;
     let mut one = Vec::with_capacity(256);
-    for e in events.iter().take(CHUNK_MAX_EVENTS) {
+    for e in events.iter().take(max_events.saturating_sub(held)) {
         one.clear();
         match &e.body {
             Body::Compact(c) => compact::encode(e, c, &mut one),
@@ -290,15 +311,15 @@ pub fn encode_chunk(events: &[Event]) -> (Vec<u8>, usize) {
             // carry it, so it ends the record before it (a record holds one format).
             Body::Json(_) => break,
         }
-        if taken > 0 && v.len() + one.len() + 4 > CHUNK_MAX_BYTES {
+        if held + taken > 0 && record.len() + one.len() + 4 > max_bytes {
             break;
         }
-        v.extend_from_slice(&(one.len() as u32).to_be_bytes());
-        v.extend_from_slice(&one);
+        record.extend_from_slice(&(one.len() as u32).to_be_bytes());
+        record.extend_from_slice(&one);
         taken += 1;
     }
-    v[1..5].copy_from_slice(&taken.to_be_bytes());
-    (v, taken as usize)
+    record[1..5].copy_from_slice(&((held + taken) as u32).to_be_bytes());
+    taken
 }
 
 /// The events of one log record as (cursor, entry), `first` being the record's key. A

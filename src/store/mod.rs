@@ -304,6 +304,14 @@ pub trait Store: Send + Sync {
     fn written(&self) -> u64 {
         0
     }
+    /// Whether the batch of `mark` (what [`Store::written`] said right after it) is still
+    /// held by the store, not yet taken into a commit: then writing one of its keys again
+    /// replaces the value in the commit that takes both, and costs no extra row. Only a
+    /// store whose commits take every batch written since the last (PostgreSQL) holds
+    /// any; false by default.
+    fn still_pending(&self, _mark: u64) -> bool {
+        false
+    }
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>>;
     /// Visit every record of a space in key order; the callback gets the key without prefix.
     fn scan(&self, space: Space, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> StoreResult<()>;

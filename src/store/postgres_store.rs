@@ -560,6 +560,13 @@ impl Store for PostgresStore {
         self.shared.overlay.read().unwrap().last_seq
     }
 
+    /// A round takes `pending` whole: a batch is still held while the oldest pending one
+    /// is not newer.
+    fn still_pending(&self, mark: u64) -> bool {
+        let o = self.shared.overlay.read().unwrap();
+        mark <= o.last_seq && o.pending.first().is_some_and(|b| b.seq <= mark)
+    }
+
     fn get(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
         let sh = &self.shared;
         let guard = sh.overlay.read().unwrap();
