@@ -502,3 +502,40 @@ fn the_read_cache_serves_committed_records_and_follows_commits() {
         "without the cache the table answers"
     );
 }
+
+/// `still_pending`: a written batch is held until a sync's round takes it; a key written
+/// again while it is held commits once, with the last value.
+#[test]
+fn a_batch_is_still_pending_until_a_round_takes_it() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a").unwrap();
+    let mut s = PostgresStore::open(&opts).unwrap();
+    let mut syncer = s.syncer().unwrap();
+    s.write(put("a")).unwrap();
+    let first = s.written();
+    assert!(s.still_pending(first));
+    let mut b = Batch::default();
+    b.put(Space::Job, b"a", b"again".to_vec());
+    s.write(b).unwrap();
+    let second = s.written();
+    assert!(second > first);
+    assert!(s.still_pending(first) && s.still_pending(second));
+    assert!(!s.still_pending(second + 1), "not written yet");
+    syncer.sync().unwrap();
+    assert!(!s.still_pending(first) && !s.still_pending(second));
+    let values: Vec<Vec<u8>> = s
+        .sql_for_test(&format!(
+            "SELECT value FROM {}.ojs_kv WHERE key = 'a'::bytea",
+            opts.schema
+        ))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(values, vec![b"again".to_vec()]);
+    s.write(put("b")).unwrap();
+    assert!(s.still_pending(s.written()));
+    assert!(!s.still_pending(second), "taken before");
+}
