@@ -46,23 +46,41 @@ fn within(
         .map(Result::unwrap)
 }
 
+/// An engine on a fjall store in `dir` wrapped as `test_store` does (its gate, and
+/// whether it says its batches are still held), and a runtime to wait on its replies.
+fn engine(
+    dir: &std::path::Path,
+    pipelined: bool,
+    holding: bool,
+) -> (
+    crate::engine::EngineHandle,
+    std::thread::JoinHandle<Result<(), crate::store::StoreError>>,
+    tokio::runtime::Runtime,
+    super::super::test_store::Gate,
+) {
+    let store = Wrapped::new(crate::store::open(StoreKind::Fjall, dir, 1 << 20).unwrap());
+    let gate = store.gate.clone();
+    store
+        .holding
+        .store(holding, std::sync::atomic::Ordering::SeqCst);
+    let cfg = Config {
+        commit_pipeline: pipelined,
+        fetch_wait: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let (handle, thread) = start(Box::new(store), cfg).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    (handle, thread, rt, gate)
+}
+
 #[test]
 fn a_fetch_reply_leaves_before_its_batch_is_durable_and_an_ack_after() {
     for pipelined in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            Wrapped::new(crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap());
-        let gate = store.gate.clone();
-        let cfg = Config {
-            commit_pipeline: pipelined,
-            fetch_wait: Duration::from_millis(200),
-            ..Default::default()
-        };
-        let (handle, thread) = start(Box::new(store), cfg).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let (handle, thread, rt, gate) = engine(dir.path(), pipelined, false);
         let wid: Arc<str> = Arc::from("w1");
         handle.register_worker(wid.clone(), json!({"wid": "w1"}), false);
         let call = |cmd: Command| rt.block_on(handle.submit(Some(wid.clone()), cmd, 100));
@@ -142,20 +160,7 @@ fn while_the_store_holds_the_last_record_the_next_batches_events_join_it() {
     use crate::store::Space;
     for holding in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            Wrapped::new(crate::store::open(StoreKind::Fjall, dir.path(), 1 << 20).unwrap());
-        store
-            .holding
-            .store(holding, std::sync::atomic::Ordering::SeqCst);
-        let cfg = Config {
-            commit_pipeline: true,
-            ..Default::default()
-        };
-        let (handle, thread) = start(Box::new(store), cfg).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let (handle, thread, rt, _gate) = engine(dir.path(), true, holding);
         let long = Duration::from_secs(20);
         // One batch each: the next PUSH goes once the last is answered.
         let mut ids = Vec::new();

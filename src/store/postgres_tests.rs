@@ -283,7 +283,8 @@ fn renewals_keep_the_lease_and_a_lost_renewal_fences() {
 }
 
 /// Reads merge written-but-unsynced batches over more than one page of the table, in both
-/// directions, and agree with a model; after the sync the table alone gives the same.
+/// directions, and agree with a model; after the sync the table alone gives the same. The
+/// batches are `still_pending` until the sync's round takes them.
 #[test]
 fn reads_merge_the_overlay_over_pages_of_the_table() {
     if skipped() {
@@ -320,12 +321,17 @@ fn reads_merge_the_overlay_over_pages_of_the_table() {
         }
     }
     s.write(b).unwrap();
+    let first = s.written();
+    assert!(s.still_pending(first), "held until a round takes it");
     let mut b = Batch::default();
     b.put(Space::Event, &key(400), vec![4]);
     model.insert(key(400), vec![4]);
     b.delete(Space::Event, &key(n * 2 - 2));
     model.remove(&key(n * 2 - 2));
     s.write(b).unwrap();
+    let second = s.written();
+    assert!(second > first && s.still_pending(first) && s.still_pending(second));
+    assert!(!s.still_pending(second + 1), "not written yet");
 
     let check = |s: &PostgresStore, when: &str| {
         let mut all = vec![];
@@ -375,6 +381,10 @@ fn reads_merge_the_overlay_over_pages_of_the_table() {
     };
     check(&s, "before the sync");
     syncer.sync().unwrap();
+    assert!(
+        !s.still_pending(first) && !s.still_pending(second),
+        "taken and committed"
+    );
     assert!(s
         .shared
         .overlay
@@ -501,41 +511,4 @@ fn the_read_cache_serves_committed_records_and_follows_commits() {
         Some(&b"tampered"[..]),
         "without the cache the table answers"
     );
-}
-
-/// `still_pending`: a written batch is held until a sync's round takes it; a key written
-/// again while it is held commits once, with the last value.
-#[test]
-fn a_batch_is_still_pending_until_a_round_takes_it() {
-    if skipped() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let opts = options(dir.path(), "node-a").unwrap();
-    let mut s = PostgresStore::open(&opts).unwrap();
-    let mut syncer = s.syncer().unwrap();
-    s.write(put("a")).unwrap();
-    let first = s.written();
-    assert!(s.still_pending(first));
-    let mut b = Batch::default();
-    b.put(Space::Job, b"a", b"again".to_vec());
-    s.write(b).unwrap();
-    let second = s.written();
-    assert!(second > first);
-    assert!(s.still_pending(first) && s.still_pending(second));
-    assert!(!s.still_pending(second + 1), "not written yet");
-    syncer.sync().unwrap();
-    assert!(!s.still_pending(first) && !s.still_pending(second));
-    let values: Vec<Vec<u8>> = s
-        .sql_for_test(&format!(
-            "SELECT value FROM {}.ojs_kv WHERE key = 'a'::bytea",
-            opts.schema
-        ))
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(values, vec![b"again".to_vec()]);
-    s.write(put("b")).unwrap();
-    assert!(s.still_pending(s.written()));
-    assert!(!s.still_pending(second), "taken before");
 }
