@@ -54,7 +54,7 @@
 //! the node's runtime, through a oneshot, so that any runtime can await it (the cluster
 //! routes an ACK by job id without asking every node). Committed rows only. For
 //! a job record ([`Space::Job`], a 16-byte id) it uses the partial index `ojs_kv (key)
-//! WHERE space = 0 AND octet_length(key) = 16` (schema versions 3 and 4): one probe, and the
+//! WHERE space = 0 AND octet_length(key) = 16` (schema version 4): one probe, and the
 //! predicate written out in the statement lets every plan use it. A full
 //! `(space, key)` index would also serve the other spaces, but every insert and delete of
 //! every record would pay for it, the event log's above all (appended and pruned all the
