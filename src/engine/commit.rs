@@ -224,18 +224,20 @@ impl Engine {
             Some(e) => Err(StoreError::Backend(format!("an earlier sync failed: {e}"))),
             None => {
                 let began = std::time::Instant::now();
-                let r = self.store.write(batch);
+                // The store's mark after this batch: what its sync must cover.
+                let r = self.store.write(batch).map(|()| self.store.written());
                 self.slow.write = began.elapsed();
-                if r.is_ok() {
-                    self.logged(!txn.events.is_empty());
-                }
                 r
             }
         };
         self.slow.sync = std::time::Duration::ZERO;
         self.slow.sync_cpu = std::time::Duration::ZERO;
-        if let Err(e) = result {
-            return Err(self.refuse(txn.out.into_iter().map(|(to, _)| to), e));
+        let mark = match result {
+            Ok(mark) => mark,
+            Err(e) => return Err(self.refuse(txn.out.into_iter().map(|(to, _)| to), e)),
+        };
+        if !txn.events.is_empty() {
+            self.logged(mark);
         }
         self.cache = std::mem::take(&mut txn.cache);
         // FETCH replies leave now, before the batch is durable: a claim lost in a crash is
@@ -302,7 +304,6 @@ impl Engine {
             p.unpublished
                 .push_back((no, std::mem::take(&mut txn.events)));
         }
-        let mark = self.store.written();
         let sent = p.tx.as_ref().map(|tx| {
             tx.send(Group {
                 no,

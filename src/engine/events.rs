@@ -207,12 +207,11 @@ impl Engine {
         }
     }
 
-    /// After the batch's write: the store's mark of the batch that holds the open record.
-    pub(super) fn logged(&mut self, wrote_events: bool) {
-        if wrote_events {
-            if let Some(open) = self.events.open.as_mut() {
-                open.mark = self.store.written();
-            }
+    /// The batch that logged events is written, at the store's `mark`: the open record's
+    /// latest value is in that batch.
+    pub(super) fn logged(&mut self, mark: u64) {
+        if let Some(open) = self.events.open.as_mut() {
+            open.mark = mark;
         }
     }
 
