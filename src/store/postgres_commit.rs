@@ -54,8 +54,9 @@ pub(super) trait Source: Send + Sync {
     /// Take what is pending for a round: `None` when a round has taken it and not settled
     /// yet, nothing is pending, or (`rider`: no request of its own) it cannot commit now.
     fn take(&self, rider: bool) -> Option<Ops>;
-    /// The round that took it ended so. Called once per `take` that returned `Some`.
-    fn settle(&self, outcome: &StoreResult<()>);
+    /// The round that took `ops` (what `take` returned) ended so. Called once per `take`
+    /// that returned `Some`.
+    fn settle(&self, ops: &Ops, outcome: &StoreResult<()>);
 }
 
 /// One store's sync.
@@ -212,8 +213,8 @@ impl CommitQueue {
             }
         }
         let outcomes = self.commit_taken(core, &taken);
-        for ((src, _), outcome) in taken.iter().zip(&outcomes) {
-            src.settle(outcome);
+        for ((src, ops), outcome) in taken.iter().zip(&outcomes) {
+            src.settle(ops, outcome);
         }
         of_slot
             .into_iter()

@@ -55,7 +55,7 @@ impl Source for Shared {
     /// The round ended: committed (drop from the overlay what no later batch overwrote,
     /// keep it in the read cache), away (pending again, ahead of what came since) or
     /// refused for good (fenced, or an error that does not pass).
-    fn settle(&self, outcome: &StoreResult<()>) {
+    fn settle(&self, ops: &Ops, outcome: &StoreResult<()>) {
         let mut t = self.taken.lock().unwrap();
         let batches = std::mem::take(&mut t.batches);
         match outcome {
@@ -68,13 +68,13 @@ impl Source for Shared {
                 }
                 if let Some(upto) = batches.last().map(|b| b.seq) {
                     let mut o = self.overlay.write().unwrap();
-                    for ((space, key), value) in net_of(&batches) {
-                        let sp = Space::ALL[space as usize];
+                    for (space, key, value) in ops {
+                        let sp = Space::ALL[*space as usize];
                         match value {
                             Some(v) => self.cache.put(sp, key, Some(v.clone())),
                             None => self.cache.forget(sp, key),
                         }
-                        let map = &mut o.spaces[space as usize];
+                        let map = &mut o.spaces[*space as usize];
                         if map.get(key).is_some_and(|(seq, _)| *seq <= upto) {
                             if let Some((_, v)) = map.remove(key) {
                                 let freed = key.len() + v.map_or(0, |v| v.len());
