@@ -91,6 +91,11 @@ struct Args {
     /// embedded stores (bench/RESULTS.md: no gain there).
     #[arg(long, env = "OJSD_COMMIT_PIPELINE", action = clap::ArgAction::Set)]
     commit_pipeline: Option<bool>,
+    /// With --store postgres and several partitions: threads that run this node's
+    /// partitions' engines, each thread several of them (a thread per partition sleeps and
+    /// wakes per batch: bench/RESULTS.md). 0: one per core.
+    #[arg(long, env = "OJSD_ENGINE_THREADS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    engine_threads: u32,
     /// Most bytes of unfinished jobs (encoded envelopes) held at once; a PUSH past it is
     /// refused with QUEUE_FULL. 0 = no limit.
     #[arg(long, env = "OJSD_MAX_QUEUED_BYTES", default_value_t = engine::DEFAULT_MAX_QUEUED_BYTES)]
@@ -501,6 +506,7 @@ fn run(args: Args, tokens: Tokens) -> Result<(), String> {
         max_queues: args.max_queues,
         max_metric_series: args.max_metric_series,
         compact_after_deletes: args.compact_after_deletes,
+        engine_threads: args.engine_threads as usize,
         job_cache_bytes: usize::try_from(args.job_cache_mb.saturating_mul(1024 * 1024))
             .unwrap_or(usize::MAX),
         node_id: node_id.clone(),

@@ -9,7 +9,7 @@
 //! engine does.
 
 use super::{Holding, Router};
-use crate::engine::{self, Config, EngineHandle, Shared};
+use crate::engine::{self, Config, EngineHandle, Host, Shared};
 use crate::store::{
     NodeHooks, PartRoute, PgNode, PostgresOptions, PostgresStore, Space, StoreError,
 };
@@ -25,7 +25,8 @@ pub type EngineThread = JoinHandle<Result<(), StoreError>>;
 enum Event {
     Acquired(u32, PostgresStore),
     Release(u32),
-    Ended(u32, u64, Result<(), StoreError>),
+    /// A partition's engine (its number, its host) ended.
+    Ended(u32, u64, usize, Result<(), StoreError>),
 }
 
 /// Open the node, then serve: the returned thread ends when this node's engines have
@@ -104,6 +105,7 @@ pub fn serve(
                 tx,
                 running: HashMap::new(),
                 next: 0,
+                hosts: Vec::new(),
             };
             let r = run.serve(rx);
             drop(node);
@@ -120,9 +122,12 @@ struct Engines {
     shared: Shared,
     tx: mpsc::Sender<Event>,
     /// This node's engines by partition, each with a number (a partition taken again
-    /// gets a new one, so the end of an old engine is not taken for the new one's).
-    running: HashMap<u32, (u64, EngineHandle)>,
+    /// gets a new one, so the end of an old engine is not taken for the new one's) and
+    /// the host that runs it.
+    running: HashMap<u32, (u64, EngineHandle, usize)>,
     next: u64,
+    /// The threads that run the engines, up to `--engine-threads` (`engine/host.rs`).
+    hosts: Vec<Host>,
 }
 
 impl Engines {
@@ -137,14 +142,17 @@ impl Engines {
                 // Stopping: the store is dropped, which gives the partition back.
                 Ok(Event::Acquired(..)) => {}
                 Ok(Event::Release(p)) => {
-                    if let Some((_, h)) = self.running.get(&p) {
+                    if let Some((_, h, _)) = self.running.get(&p) {
                         tracing::info!(part = p, "giving the partition up for balance");
                         self.router.deactivate(p);
                         h.shutdown();
                     }
                 }
-                Ok(Event::Ended(p, n, result)) => {
-                    if self.running.get(&p).is_some_and(|(m, _)| *m == n) {
+                Ok(Event::Ended(p, n, host, result)) => {
+                    if let Some(h) = self.hosts.get_mut(host) {
+                        h.ended_one();
+                    }
+                    if self.running.get(&p).is_some_and(|(m, ..)| *m == n) {
                         self.running.remove(&p);
                         self.router.deactivate(p);
                     }
@@ -158,7 +166,7 @@ impl Engines {
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
             }
             if self.router.is_stopping() {
-                for (_, h) in self.running.values() {
+                for (_, h, _) in self.running.values() {
                     h.shutdown();
                 }
             }
@@ -176,33 +184,52 @@ impl Engines {
             outbox_wake: Some(wake.clone()),
             ..self.cfg.clone()
         };
-        match engine::start_with(Box::new(store), cfg, self.shared.clone()) {
-            Ok((handle, thread)) => {
-                self.next += 1;
-                let n = self.next;
+        let Some(host) = self.host() else {
+            return; // logged; the store is dropped and the partition goes back
+        };
+        self.next += 1;
+        let n = self.next;
+        let tx = self.tx.clone();
+        let ended: engine::Ended = Box::new(move |r| {
+            let _ = tx.send(Event::Ended(p, n, host, r));
+        });
+        let hosting = &mut self.hosts[host];
+        match engine::start_hosted(Box::new(store), cfg, self.shared.clone(), hosting, ended) {
+            Ok(handle) => {
                 self.router.activate(p, handle.clone());
                 super::relay::spawn(&self.rt, p, handle.clone(), self.router.clone(), wake);
-                self.running.insert(p, (n, handle));
+                self.running.insert(p, (n, handle, host));
                 tracing::info!(
                     part = p,
                     ms = t0.elapsed().as_millis() as u64,
                     "serving the partition from this node's engine"
                 );
-                let tx = self.tx.clone();
-                let watcher = std::thread::Builder::new()
-                    .name("ojsd-part-watch".into())
-                    .spawn(move || {
-                        let r = thread
-                            .join()
-                            .unwrap_or_else(|_| Err(StoreError::Other("engine panicked".into())));
-                        let _ = tx.send(Event::Ended(p, n, r));
-                    });
-                if let Err(e) = watcher {
-                    tracing::error!(part = p, error = %e, "cannot watch the partition's engine");
-                }
             }
             // The store is dropped: the partition goes back, and a node takes it again.
             Err(e) => tracing::error!(part = p, error = %e, "cannot start the partition's engine"),
+        }
+    }
+
+    /// The host for the next engine: the one running fewest, or a new thread while there
+    /// are fewer than `--engine-threads` and each has one already.
+    fn host(&mut self) -> Option<usize> {
+        let most = match self.cfg.engine_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let least = (0..self.hosts.len()).min_by_key(|&i| self.hosts[i].engines());
+        match least {
+            Some(i) if self.hosts[i].engines() == 0 || self.hosts.len() >= most => Some(i),
+            _ => match Host::start("ojsd-engine") {
+                Ok(h) => {
+                    self.hosts.push(h);
+                    Some(self.hosts.len() - 1)
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start an engine thread");
+                    least
+                }
+            },
         }
     }
 }

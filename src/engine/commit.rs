@@ -86,7 +86,7 @@ pub(super) fn refused_while_down(why: &str) -> OjsError {
 
 impl Pipeline {
     /// Start the syncer thread; it reports to the engine's own channel.
-    pub(super) fn start(syncer: Box<dyn Syncer>, engine: Sender<Msg>) -> std::io::Result<Pipeline> {
+    pub(super) fn start(syncer: Box<dyn Syncer>, engine: super::host::Inbox) -> std::io::Result<Pipeline> {
         let (tx, rx) = crossbeam_channel::bounded(MAX_UNSYNCED);
         let thread = std::thread::Builder::new()
             .name("ojsd-sync".into())
@@ -123,7 +123,7 @@ impl Drop for Pipeline {
 }
 
 /// The syncer thread: take every waiting group, sync once, answer them all.
-fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: Sender<Msg>) {
+fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: super::host::Inbox) {
     let mut failed: Option<String> = None;
     while let Ok(first) = rx.recv() {
         let mut groups = vec![first];

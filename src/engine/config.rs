@@ -53,6 +53,9 @@ pub struct Config {
     /// encoded size
     /// (`--job-cache-mb`; `txn::JobCache`).
     pub job_cache_bytes: usize,
+    /// Threads that run a cluster node's partition engines (`--engine-threads`; 0: one
+    /// per core). Each thread hosts several engines (`host.rs`).
+    pub engine_threads: usize,
 }
 
 /// Default `Config::outbox_memory`.
@@ -92,6 +95,7 @@ impl Default for Config {
             outbox_wake: None,
             outbox_memory: DEFAULT_OUTBOX_MEMORY,
             job_cache_bytes: txn::CACHE_BYTES,
+            engine_threads: 0,
         }
     }
 }

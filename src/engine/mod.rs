@@ -14,6 +14,7 @@ mod cron;
 mod events;
 mod handle;
 mod hooks;
+mod host;
 mod index;
 pub mod intake;
 mod jobs;
@@ -42,6 +43,7 @@ pub use config::{
 };
 pub use events::{EventConfig, Page};
 pub use handle::{unavailable, EngineHandle, Shared};
+pub use host::{Ended, Host};
 pub use subscription::{PageSource, Subscription};
 
 /// The stored job record formats, for the `record` fuzz target (`fuzz/`) only: not an API.
@@ -58,7 +60,7 @@ use crate::engine::request::Command;
 use crate::error::{ErrorCode, OjsError, OjsResult};
 use crate::store::{Store, StoreError};
 use chrono::{DateTime, Utc};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use index::Index;
 use jobs::Prepared;
 use std::collections::VecDeque;
@@ -253,6 +255,38 @@ pub fn start_with(
     StoreError,
 > {
     let (tx, rx) = crossbeam_channel::unbounded();
+    let (engine, handle) = build(store, cfg, shared, host::Inbox::alone(tx), rx)?;
+    let thread = std::thread::Builder::new()
+        .name("ojsd-engine".into())
+        .spawn(move || engine.run())
+        .map_err(StoreError::from)?;
+    Ok((handle, thread))
+}
+
+/// [`start_with`], the engine run by `host` (with other engines) instead of a thread of
+/// its own; `ended` is told how it ended.
+pub fn start_hosted(
+    store: Box<dyn Store>,
+    cfg: Config,
+    shared: Shared,
+    host: &mut Host,
+    ended: Ended,
+) -> Result<EngineHandle, StoreError> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let bell = host.bell();
+    let (engine, handle) = build(store, cfg, shared, host::Inbox::rung(tx, bell.clone()), rx)?;
+    host.add(engine, bell, ended)?;
+    Ok(handle)
+}
+
+/// The engine over `store`, its index rebuilt, and its handle.
+fn build(
+    store: Box<dyn Store>,
+    cfg: Config,
+    shared: Shared,
+    tx: host::Inbox,
+    rx: Receiver<Msg>,
+) -> Result<(Engine, EngineHandle), StoreError> {
     let Shared {
         subscribers,
         connections,
@@ -307,10 +341,6 @@ pub fn start_with(
     engine.rebuild_events()?;
     engine.rebuild_workflows()?;
     let intake = intake::Intake::new(engine.cfg.limits.clone(), engine.clock.clone());
-    let thread = std::thread::Builder::new()
-        .name("ojsd-engine".into())
-        .spawn(move || engine.run())
-        .map_err(StoreError::from)?;
     let handle = EngineHandle {
         tx,
         intake,
@@ -320,7 +350,7 @@ pub fn start_with(
         store_kind,
         subscribers,
     };
-    Ok((handle, thread))
+    Ok((engine, handle))
 }
 
 impl Engine {
@@ -371,134 +401,156 @@ impl Engine {
         budget
     }
 
+    /// The engine on a thread of its own: wait for a message or the wait budget, then run
+    /// an iteration over what arrived; until it stops.
     fn run(mut self) -> Result<(), StoreError> {
-        let mut stopping = false;
         loop {
-            let mut batch = Vec::new();
-            match self.rx.recv_timeout(self.wait_budget()) {
-                Ok(m) => batch.push(m),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => stopping = true,
-            }
-            while batch.len() < self.cfg.max_batch {
-                match self.rx.try_recv() {
-                    Ok(m) => batch.push(m),
-                    Err(_) => break,
+            let first = match self.rx.recv_timeout(self.wait_budget()) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.iterate(Vec::new(), true)?;
+                    return Ok(());
                 }
-            }
-            self.now = self.clock.now();
-            let began = Instant::now();
-            let began_cpu = slow::thread_cpu();
-            let messages = batch.len();
-            // While the store cannot commit, clients' commands are refused before they
-            // change anything (`commit.rs`).
-            let away = self.store_ready()?;
-            let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
-            for msg in batch {
-                match msg {
-                    Msg::Request(req) if away.is_some() => {
-                        let why = away.as_deref().unwrap_or_default();
-                        let _ = req.reply.send(Err(commit::refused_while_down(why)));
-                    }
-                    Msg::Request(req) => self.handle(req, &mut txn),
-                    Msg::Register { wid, info, reserve } => {
-                        self.worker_hello(&mut txn, wid, info, reserve)
-                    }
-                    Msg::Disconnect { wid } => self.worker_gone(&mut txn, wid),
-                    Msg::Closed { conn } => self.connection_gone(&mut txn, conn),
-                    Msg::Events(read) => self.reads.push_back(read),
-                    Msg::Metrics { reply } => {
-                        let mut view = self.metrics.view(&self.index);
-                        view.compactions = self.compaction.finished();
-                        let _ = reply.send(view);
-                    }
-                    Msg::Synced { upto, failed, away } => self.synced(upto, failed, away),
-                    Msg::Undelivered(ids) => self.undelivered.extend(ids),
-                    Msg::Shutdown => stopping = true,
-                }
-            }
-            let applied = began.elapsed();
-            // While the store is away the upkeep waits: timers, cron, sweeps and pruning read
-            // records it may not answer for, and a timer that failed would be lost; they run
-            // late once it is back. Waiting FETCHes still get their empty answers in time.
-            if away.is_none() {
-                self.run_bulk(&mut txn, stopping);
-                self.unclaim_undelivered(&mut txn);
-                self.run_timers(&mut txn);
-                self.prune_dead(&mut txn);
-                self.run_cron(&mut txn);
-                self.sweep_workers(&mut txn);
-            }
-            self.sample_overview();
-            self.serve_waiters(&mut txn, stopping);
-            let prune_every = if self.event_prune_behind {
-                events::PRUNE_EVERY_BEHIND
-            } else {
-                events::PRUNE_EVERY
             };
-            if away.is_none() && self.last_event_prune.elapsed() >= prune_every {
-                self.last_event_prune = Instant::now();
-                self.event_prune_behind = self.prune_events(&mut txn);
-            }
-            if away.is_none() && self.last_prune.elapsed() >= Duration::from_secs(1) {
-                self.last_prune = Instant::now();
-                self.drop_job_count_hint(&mut txn);
-                self.retire_idle_queues();
-            }
-            let upkept = began.elapsed();
-            self.commit(txn)?;
-            let (jobs, events) = (self.index.jobs.len() as u64, &self.events);
-            let logged = events.next - events.oldest;
-            self.compaction.maybe_start(|space| match space {
-                crate::store::Space::Job => jobs.saturating_mul(2),
-                _ => logged,
-            });
-            let committed = began.elapsed();
-            // Reads run once the batch is in the log, so a new live feed starts exactly
-            // after the last event the read could see.
-            let mut reads = 0usize;
-            while let Some(read) = self.reads.pop_front() {
-                self.answer_read(read);
-                reads += 1;
-                if began.elapsed().saturating_sub(committed) >= READ_BUDGET {
-                    break;
-                }
-            }
-            let total = began.elapsed();
-            if total >= slow::SLOW_ITERATION && self.slow.log_now() {
-                // What a stall was made of, for the operator and the benchmark notes.
-                let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-                tracing::warn!(
-                    also_slow_since_last_report = std::mem::take(&mut self.slow.unlogged),
-                    total_ms = ms(total),
-                    // The engine thread's CPU in the iteration: well under total_ms means
-                    // it waited (an fsync, a store write, or a core taken by other threads).
-                    cpu_ms = ms(slow::thread_cpu().saturating_sub(began_cpu)),
-                    jobs = self.index.jobs.len(),
-                    messages,
-                    apply_ms = ms(applied),
-                    upkeep_ms = ms(upkept - applied),
-                    commit_ms = ms(committed - upkept),
-                    // Of which the store's write, and the inline sync (wall; CPU).
-                    write_ms = ms(self.slow.write),
-                    sync_ms = ms(self.slow.sync),
-                    sync_cpu_ms = ms(self.slow.sync_cpu),
-                    reads,
-                    reads_ms = ms(total - committed),
-                    bulk_pending = self.bulk.len(),
-                    reads_pending = self.reads.len(),
-                    waiters = self.waiters.len(),
-                    "slow engine iteration"
-                );
-            }
-            if stopping {
-                if let Some(p) = self.pipeline.as_mut() {
-                    p.finish();
-                }
-                tracing::info!("engine stopped after its last commit");
+            let (batch, _, gone) = self.take_batch(first);
+            if self.iterate(batch, gone)? {
                 return Ok(());
             }
         }
+    }
+
+    /// `first` and what else waits in the channel, up to a batch: with whether more may
+    /// wait, and whether every sender is gone.
+    fn take_batch(&self, first: Option<Msg>) -> (Vec<Msg>, bool, bool) {
+        let mut batch: Vec<Msg> = first.into_iter().collect();
+        while batch.len() < self.cfg.max_batch {
+            match self.rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(TryRecvError::Empty) => return (batch, false, false),
+                Err(TryRecvError::Disconnected) => return (batch, false, true),
+            }
+        }
+        (batch, true, false)
+    }
+
+    /// One iteration: apply `batch`, run the upkeep, commit, answer reads. `stopping`: the
+    /// channel is gone; a `Shutdown` message also stops. Whether the engine stopped (after
+    /// its last commit).
+    fn iterate(&mut self, batch: Vec<Msg>, mut stopping: bool) -> Result<bool, StoreError> {
+        self.now = self.clock.now();
+        let began = Instant::now();
+        let began_cpu = slow::thread_cpu();
+        let messages = batch.len();
+        // While the store cannot commit, clients' commands are refused before they
+        // change anything (`commit.rs`).
+        let away = self.store_ready()?;
+        let mut txn = Txn::with_cache(std::mem::take(&mut self.cache));
+        for msg in batch {
+            match msg {
+                Msg::Request(req) if away.is_some() => {
+                    let why = away.as_deref().unwrap_or_default();
+                    let _ = req.reply.send(Err(commit::refused_while_down(why)));
+                }
+                Msg::Request(req) => self.handle(req, &mut txn),
+                Msg::Register { wid, info, reserve } => {
+                    self.worker_hello(&mut txn, wid, info, reserve)
+                }
+                Msg::Disconnect { wid } => self.worker_gone(&mut txn, wid),
+                Msg::Closed { conn } => self.connection_gone(&mut txn, conn),
+                Msg::Events(read) => self.reads.push_back(read),
+                Msg::Metrics { reply } => {
+                    let mut view = self.metrics.view(&self.index);
+                    view.compactions = self.compaction.finished();
+                    let _ = reply.send(view);
+                }
+                Msg::Synced { upto, failed, away } => self.synced(upto, failed, away),
+                Msg::Undelivered(ids) => self.undelivered.extend(ids),
+                Msg::Shutdown => stopping = true,
+            }
+        }
+        let applied = began.elapsed();
+        // While the store is away the upkeep waits: timers, cron, sweeps and pruning read
+        // records it may not answer for, and a timer that failed would be lost; they run
+        // late once it is back. Waiting FETCHes still get their empty answers in time.
+        if away.is_none() {
+            self.run_bulk(&mut txn, stopping);
+            self.unclaim_undelivered(&mut txn);
+            self.run_timers(&mut txn);
+            self.prune_dead(&mut txn);
+            self.run_cron(&mut txn);
+            self.sweep_workers(&mut txn);
+        }
+        self.sample_overview();
+        self.serve_waiters(&mut txn, stopping);
+        let prune_every = if self.event_prune_behind {
+            events::PRUNE_EVERY_BEHIND
+        } else {
+            events::PRUNE_EVERY
+        };
+        if away.is_none() && self.last_event_prune.elapsed() >= prune_every {
+            self.last_event_prune = Instant::now();
+            self.event_prune_behind = self.prune_events(&mut txn);
+        }
+        if away.is_none() && self.last_prune.elapsed() >= Duration::from_secs(1) {
+            self.last_prune = Instant::now();
+            self.drop_job_count_hint(&mut txn);
+            self.retire_idle_queues();
+        }
+        let upkept = began.elapsed();
+        self.commit(txn)?;
+        let (jobs, events) = (self.index.jobs.len() as u64, &self.events);
+        let logged = events.next - events.oldest;
+        self.compaction.maybe_start(|space| match space {
+            crate::store::Space::Job => jobs.saturating_mul(2),
+            _ => logged,
+        });
+        let committed = began.elapsed();
+        // Reads run once the batch is in the log, so a new live feed starts exactly
+        // after the last event the read could see.
+        let mut reads = 0usize;
+        while let Some(read) = self.reads.pop_front() {
+            self.answer_read(read);
+            reads += 1;
+            if began.elapsed().saturating_sub(committed) >= READ_BUDGET {
+                break;
+            }
+        }
+        let total = began.elapsed();
+        if total >= slow::SLOW_ITERATION && self.slow.log_now() {
+            // What a stall was made of, for the operator and the benchmark notes.
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            tracing::warn!(
+                also_slow_since_last_report = std::mem::take(&mut self.slow.unlogged),
+                total_ms = ms(total),
+                // The engine thread's CPU in the iteration: well under total_ms means
+                // it waited (an fsync, a store write, or a core taken by other threads).
+                cpu_ms = ms(slow::thread_cpu().saturating_sub(began_cpu)),
+                jobs = self.index.jobs.len(),
+                messages,
+                apply_ms = ms(applied),
+                upkeep_ms = ms(upkept - applied),
+                commit_ms = ms(committed - upkept),
+                // Of which the store's write, and the inline sync (wall; CPU).
+                write_ms = ms(self.slow.write),
+                sync_ms = ms(self.slow.sync),
+                sync_cpu_ms = ms(self.slow.sync_cpu),
+                reads,
+                reads_ms = ms(total - committed),
+                bulk_pending = self.bulk.len(),
+                reads_pending = self.reads.len(),
+                waiters = self.waiters.len(),
+                "slow engine iteration"
+            );
+        }
+        if stopping {
+            if let Some(p) = self.pipeline.as_mut() {
+                p.finish();
+            }
+            tracing::info!("engine stopped after its last commit");
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     fn handle(&mut self, req: Request, txn: &mut Txn) {

@@ -1,0 +1,174 @@
+//! Engines sharing a host thread: each is woken by its own messages (the doorbell), serves
+//! only its own jobs, and ends on its own while the others go on.
+
+use super::super::request::Command;
+use super::super::{start_hosted, Answer, Answered, Config, EngineHandle, Host, Shared};
+use crate::store::{StoreError, StoreKind};
+use serde_json::{json, Value};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+fn push(q: &str, id: &str) -> Command {
+    let job = json!({"id": id, "type": "t", "queue": q, "args": []});
+    let len = job.to_string().len();
+    let job = crate::engine::intake::Intake::default()
+        .job(job, len)
+        .unwrap();
+    Command::Push {
+        job: Box::new(job),
+        len,
+        resend: false,
+    }
+}
+
+fn fetch(q: &str) -> Command {
+    Command::Fetch {
+        queues: vec![q.into()],
+        count: None,
+        wait: None,
+    }
+}
+
+fn id_of(a: &Answered) -> String {
+    match a {
+        Ok(Answer::Job(j)) => {
+            let v: Value = serde_json::from_slice(j.json()).unwrap();
+            v["id"].as_str().unwrap().to_owned()
+        }
+        other => panic!("expected a job, got {other:?}"),
+    }
+}
+
+fn within(
+    rt: &tokio::runtime::Runtime,
+    rx: oneshot::Receiver<Answered>,
+    d: Duration,
+) -> Option<Answered> {
+    rt.block_on(async { tokio::time::timeout(d, rx).await })
+        .ok()
+        .map(Result::unwrap)
+}
+
+/// An engine over a fresh fjall store in `dir`, on `host`; its end is sent to `ended`.
+fn hosted(
+    dir: &std::path::Path,
+    pipelined: bool,
+    host: &mut Host,
+    ended: mpsc::Sender<(&'static str, Result<(), StoreError>)>,
+    name: &'static str,
+) -> EngineHandle {
+    let store = crate::store::open(StoreKind::Fjall, dir, 1 << 20).unwrap();
+    let cfg = Config {
+        commit_pipeline: pipelined,
+        fetch_wait: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let shared = Shared::new(Default::default());
+    let ended = Box::new(move |r| {
+        let _ = ended.send((name, r));
+    });
+    start_hosted(store, cfg, shared, host, ended).unwrap()
+}
+
+#[test]
+fn engines_on_one_host_are_each_woken_by_their_own_messages_and_end_alone() {
+    for pipelined in [false, true] {
+        let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut host = Host::start("test-host").unwrap();
+        let (tx, ended) = mpsc::channel();
+        let a = hosted(da.path(), pipelined, &mut host, tx.clone(), "a");
+        let b = hosted(db.path(), pipelined, &mut host, tx, "b");
+        assert_eq!(host.engines(), 2);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let wid: Arc<str> = Arc::from("w1");
+        a.register_worker(wid.clone(), json!({"wid": "w1"}), false);
+        let long = Duration::from_secs(10);
+        let call = |h: &EngineHandle, cmd| rt.block_on(h.submit(Some(wid.clone()), cmd, 100));
+
+        // A FETCH waits on a's empty queue (for up to 30 s): the PUSH's message wakes a,
+        // whose waiting FETCH takes the job.
+        let waiting = call(&a, fetch("q"));
+        let pushed = within(
+            &rt,
+            call(&a, push("q", "019abcde-0000-7000-8000-00000000000a")),
+            long,
+        );
+        assert!(matches!(pushed, Some(Ok(_))), "{pushed:?} pipelined={pipelined}");
+        let got = within(&rt, waiting, long).expect("the waiting FETCH was answered");
+        assert_eq!(id_of(&got), "019abcde-0000-7000-8000-00000000000a");
+
+        // b holds its own jobs: a's queue of the same name is not b's.
+        within(
+            &rt,
+            call(&b, push("q", "019abcde-0000-7000-8000-00000000000b")),
+            long,
+        )
+        .unwrap()
+        .unwrap();
+        let got = within(&rt, call(&b, fetch("q")), long).unwrap();
+        assert_eq!(id_of(&got), "019abcde-0000-7000-8000-00000000000b");
+
+        // a stops; b goes on.
+        a.shutdown();
+        let (name, r) = ended.recv_timeout(long).expect("a's end reported");
+        assert_eq!(name, "a");
+        assert!(r.is_ok(), "{r:?}");
+        host.ended_one();
+        let pushed = within(
+            &rt,
+            call(&b, push("q", "019abcde-0000-7000-8000-00000000000c")),
+            long,
+        );
+        assert!(matches!(pushed, Some(Ok(_))), "b still serves: {pushed:?}");
+        let gone = within(&rt, call(&a, fetch("q")), long).unwrap();
+        assert!(gone.is_err(), "a answers no more: {gone:?}");
+
+        b.shutdown();
+        let (name, r) = ended.recv_timeout(long).expect("b's end reported");
+        assert_eq!((name, r.is_ok()), ("b", true));
+        host.ended_one();
+        assert_eq!(host.engines(), 0);
+    }
+}
+
+/// A burst of messages rings the host once; once the host has taken the ring up, the next
+/// message rings again.
+#[test]
+fn an_inbox_rings_its_host_once_until_the_ring_is_taken_up() {
+    use super::{Bell, HostMsg, Inbox};
+    use std::sync::atomic::AtomicBool;
+    let (host, rings) = crossbeam_channel::unbounded();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let bell = Arc::new(Bell {
+        slot: 7,
+        rung: AtomicBool::new(false),
+        host,
+    });
+    let inbox = Inbox::rung(tx, bell.clone());
+    let rung = || {
+        rings
+            .try_iter()
+            .map(|m| match m {
+                HostMsg::Rung(slot) => slot,
+                _ => panic!("not a ring"),
+            })
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..3 {
+        inbox.send(super::super::Msg::Shutdown).unwrap();
+    }
+    assert_eq!(rung(), vec![7]);
+    assert_eq!(rx.try_iter().count(), 3);
+    bell.take_up();
+    inbox.send(super::super::Msg::Shutdown).unwrap();
+    assert_eq!(rung(), vec![7]);
+    // An engine alone on its thread has no bell.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    Inbox::alone(tx).send(super::super::Msg::Shutdown).unwrap();
+    assert_eq!(rx.try_iter().count(), 1);
+    assert!(rung().is_empty());
+}
