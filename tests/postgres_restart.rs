@@ -173,6 +173,13 @@ fn postgres_restarted_under_load_pipelined() {
     restarted_under_load("true");
 }
 
+/// With several partitions the node's engines share threads and sync threads
+/// (`engine/host.rs`): the outage reaches each of them through the shared syncer.
+#[test]
+fn postgres_restarted_under_load_partitioned() {
+    restarted_under_load_with("true", &["--partitions", "4"]);
+}
+
 /// A PostgreSQL of the test's own, when the PostgreSQL tests run at all (`.ci/run` sets
 /// `OJSD_TEST_POSTGRES_URL`); `None`, with a notice, otherwise.
 fn own_postgres() -> Option<TestPostgres> {
@@ -184,11 +191,15 @@ fn own_postgres() -> Option<TestPostgres> {
 }
 
 fn restarted_under_load(pipeline: &str) {
+    restarted_under_load_with(pipeline, &[]);
+}
+
+fn restarted_under_load_with(pipeline: &str, extra: &[&str]) {
     let Some(pg) = own_postgres() else {
         return;
     };
     let url = pg.url();
-    let mut srv = Server::start_with(&[
+    let mut args = vec![
         "--store",
         "postgres",
         "--postgres-url",
@@ -203,7 +214,9 @@ fn restarted_under_load(pipeline: &str) {
         "warn",
         "--commit-pipeline",
         pipeline,
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let mut srv = Server::start_with(&args);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();

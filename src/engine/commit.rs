@@ -32,6 +32,7 @@
 //! store error (fenced, a write refused) leaves memory ahead of what can ever be
 //! committed: the engine fails what waits and stops, and the process exits.
 
+use super::host::Inbox;
 use super::txn::{self, Out, Txn};
 use super::{Engine, Msg};
 use crate::engine::api::Answered;
@@ -39,7 +40,8 @@ use crate::error::{ErrorCode, OjsError};
 use crate::events::Event;
 use crate::store::{StoreError, Syncer};
 use crossbeam_channel::{Receiver, Sender};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -55,10 +57,23 @@ struct Group {
     replies: Vec<(oneshot::Sender<Answered>, Answered, Vec<Uuid>)>,
 }
 
+/// Where a pipelined engine hands its groups: to a sync thread of its own, or to the one
+/// its host's engines share ([`SharedSync`]).
+enum Handoff {
+    Own {
+        tx: Sender<Group>,
+        thread: std::thread::JoinHandle<()>,
+    },
+    Shared {
+        key: u64,
+        tx: Sender<SyncMsg>,
+        unsynced: Arc<Unsynced>,
+    },
+}
+
 /// The engine's side of a pipelined commit.
 pub(super) struct Pipeline {
-    tx: Option<Sender<Group>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    handoff: Option<Handoff>,
     /// Number of the last group handed to the syncer.
     written: u64,
     /// Events of written batches not yet durable, by group, oldest first.
@@ -86,18 +101,33 @@ pub(super) fn refused_while_down(why: &str) -> OjsError {
 
 impl Pipeline {
     /// Start the syncer thread; it reports to the engine's own channel.
-    pub(super) fn start(syncer: Box<dyn Syncer>, engine: super::host::Inbox) -> std::io::Result<Pipeline> {
+    pub(super) fn start(syncer: Box<dyn Syncer>, engine: Inbox) -> std::io::Result<Pipeline> {
         let (tx, rx) = crossbeam_channel::bounded(MAX_UNSYNCED);
         let thread = std::thread::Builder::new()
             .name("ojsd-sync".into())
             .spawn(move || sync_loop(syncer, rx, engine))?;
-        Ok(Pipeline {
-            tx: Some(tx),
-            thread: Some(thread),
+        Ok(Pipeline::with(Handoff::Own { tx, thread }))
+    }
+
+    fn with(handoff: Handoff) -> Pipeline {
+        Pipeline {
+            handoff: Some(handoff),
             written: 0,
             unpublished: VecDeque::new(),
             failed: None,
-        })
+        }
+    }
+
+    /// Hand a written batch's group over; false if the syncer is gone. Waits while
+    /// [`MAX_UNSYNCED`] of the engine's groups are not synced yet.
+    fn hand(&self, group: Group) -> bool {
+        match &self.handoff {
+            Some(Handoff::Own { tx, .. }) => tx.send(group).is_ok(),
+            Some(Handoff::Shared { key, tx, unsynced }) => {
+                unsynced.enter() && tx.send(SyncMsg::Group(*key, group)).is_ok()
+            }
+            None => false,
+        }
     }
 
     /// The first event cursor not yet durable, if any batch holding events is in flight.
@@ -109,9 +139,18 @@ impl Pipeline {
 
     /// Let every handed-over group be synced and answered (at shutdown).
     pub(super) fn finish(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        match self.handoff.take() {
+            Some(Handoff::Own { tx, thread }) => {
+                drop(tx);
+                let _ = thread.join();
+            }
+            Some(Handoff::Shared { key, tx, .. }) => {
+                let (done, left) = crossbeam_channel::bounded(1);
+                if tx.send(SyncMsg::Leave(key, done)).is_ok() {
+                    let _ = left.recv();
+                }
+            }
+            None => {}
         }
     }
 }
@@ -123,54 +162,196 @@ impl Drop for Pipeline {
 }
 
 /// The syncer thread: take every waiting group, sync once, answer them all.
-fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: super::host::Inbox) {
+fn sync_loop(mut syncer: Box<dyn Syncer>, rx: Receiver<Group>, engine: Inbox) {
     let mut failed: Option<String> = None;
     while let Ok(first) = rx.recv() {
         let mut groups = vec![first];
         groups.extend(rx.try_iter());
-        let upto = groups.last().map_or(0, |g| g.no);
-        let mark = groups.iter().map(|g| g.mark).max().unwrap_or(0);
-        let mut away = None;
-        if failed.is_none() {
-            // Only these groups' writes: what the engine wrote since may already be in
-            // the commit that made them durable, or wait for the next sync.
-            match syncer.sync_to(mark) {
-                Ok(()) => {}
-                Err(e @ StoreError::Unavailable(_)) => away = Some(e),
-                Err(e) => {
-                    tracing::error!(error = %e, "sync failed; stopping the engine");
-                    failed = Some(e.to_string());
+        sync_groups(&mut *syncer, &engine, &mut failed, groups);
+    }
+}
+
+/// Sync one engine's `groups` at once (unless its syncer `failed` for good before), tell
+/// the engine, then send their replies.
+fn sync_groups(
+    syncer: &mut dyn Syncer,
+    engine: &Inbox,
+    failed: &mut Option<String>,
+    groups: Vec<Group>,
+) {
+    let upto = groups.last().map_or(0, |g| g.no);
+    let mark = groups.iter().map(|g| g.mark).max().unwrap_or(0);
+    let mut away = None;
+    if failed.is_none() {
+        // Only these groups' writes: what the engine wrote since may already be in
+        // the commit that made them durable, or wait for the next sync.
+        match syncer.sync_to(mark) {
+            Ok(()) => {}
+            Err(e @ StoreError::Unavailable(_)) => away = Some(e),
+            Err(e) => {
+                tracing::error!(error = %e, "sync failed; stopping the engine");
+                *failed = Some(e.to_string());
+            }
+        }
+    }
+    // Reported before any reply leaves, so that whatever a client sends after its reply
+    // reaches the engine after this: a subscription opened then starts past these events.
+    let _ = engine.send(Msg::Synced {
+        upto,
+        failed: failed.clone(),
+        away: away.as_ref().map(|e| e.to_string()),
+    });
+    let mut undelivered = Vec::new();
+    for group in groups {
+        for (to, answer, claimed) in group.replies {
+            let answer = match (&*failed, &away) {
+                (Some(e), _) => Err(OjsError::new(
+                    ErrorCode::BackendError,
+                    format!("commit failed: {e}"),
+                )),
+                (None, Some(e)) => Err(not_committed(e)),
+                (None, None) => answer,
+            };
+            // A claim whose reply failed goes back to its queue like an undelivered one.
+            let sent = to.send(answer).is_ok();
+            if away.is_some() || !sent {
+                undelivered.extend(claimed);
+            }
+        }
+    }
+    if !undelivered.is_empty() {
+        let _ = engine.send(Msg::Undelivered(undelivered));
+    }
+}
+
+/// One sync thread for the pipelined engines of a host (`host.rs`): it takes the groups
+/// every engine handed over since its last turn and syncs each engine's at once, in
+/// turn. On PostgreSQL the first engine's sync is a commit round that takes every store's
+/// pending batches, so the others' are durable by then and return at once: a host's
+/// engines wait on one thread's wake-up per round instead of one each.
+pub(crate) struct SharedSync {
+    tx: Sender<SyncMsg>,
+    next: u64,
+}
+
+enum SyncMsg {
+    Join(u64, Member),
+    Group(u64, Group),
+    /// The engine stops: its groups before this are answered, then `done` is told.
+    Leave(u64, Sender<()>),
+}
+
+struct Member {
+    syncer: Box<dyn Syncer>,
+    engine: Inbox,
+    failed: Option<String>,
+    unsynced: Arc<Unsynced>,
+}
+
+/// An engine's groups handed to the shared syncer and not yet answered; the engine waits
+/// at [`MAX_UNSYNCED`], as at a full channel of its own.
+#[derive(Default)]
+struct Unsynced {
+    /// Groups out, and whether the sync thread is gone.
+    n: Mutex<(usize, bool)>,
+    cv: Condvar,
+}
+
+impl Unsynced {
+    /// Count one more group, once fewer than `MAX_UNSYNCED` are out; false if the sync
+    /// thread is gone.
+    fn enter(&self) -> bool {
+        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+        while n.0 >= MAX_UNSYNCED && !n.1 {
+            n = self.cv.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        n.0 += 1;
+        !n.1
+    }
+
+    fn leave(&self, groups: usize, gone: bool) {
+        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+        n.0 = n.0.saturating_sub(groups);
+        n.1 |= gone;
+        self.cv.notify_all();
+    }
+}
+
+impl SharedSync {
+    pub(super) fn start() -> std::io::Result<SharedSync> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        std::thread::Builder::new()
+            .name("ojsd-sync".into())
+            .spawn(move || shared_sync_loop(rx))?;
+        Ok(SharedSync { tx, next: 0 })
+    }
+
+    /// A pipeline for an engine reporting to `engine`, synced by this thread.
+    pub(super) fn join(
+        &mut self,
+        syncer: Box<dyn Syncer>,
+        engine: Inbox,
+    ) -> std::io::Result<Pipeline> {
+        self.next += 1;
+        let key = self.next;
+        let unsynced = Arc::new(Unsynced::default());
+        let member = Member {
+            syncer,
+            engine,
+            failed: None,
+            unsynced: unsynced.clone(),
+        };
+        if self.tx.send(SyncMsg::Join(key, member)).is_err() {
+            return Err(std::io::Error::other("the shared sync thread is gone"));
+        }
+        Ok(Pipeline::with(Handoff::Shared {
+            key,
+            tx: self.tx.clone(),
+            unsynced,
+        }))
+    }
+}
+
+fn shared_sync_loop(rx: Receiver<SyncMsg>) {
+    /// Whatever ends the loop, engines waiting to hand a group over are let go.
+    struct Members(HashMap<u64, Member>);
+    impl Drop for Members {
+        fn drop(&mut self) {
+            for m in self.0.values() {
+                m.unsynced.leave(0, true);
+            }
+        }
+    }
+    let mut members = Members(HashMap::new());
+    // Each engine's groups since the last turn, engines in the order they handed over.
+    let mut due: Vec<(u64, Vec<Group>)> = Vec::new();
+    let settle = |members: &mut Members, due: &mut Vec<(u64, Vec<Group>)>| {
+        for (key, groups) in due.drain(..) {
+            if let Some(m) = members.0.get_mut(&key) {
+                let n = groups.len();
+                sync_groups(&mut *m.syncer, &m.engine, &mut m.failed, groups);
+                m.unsynced.leave(n, false);
+            }
+        }
+    };
+    while let Ok(first) = rx.recv() {
+        for msg in std::iter::once(first).chain(rx.try_iter()) {
+            match msg {
+                SyncMsg::Join(key, m) => {
+                    members.0.insert(key, m);
+                }
+                SyncMsg::Group(key, g) => match due.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, groups)) => groups.push(g),
+                    None => due.push((key, vec![g])),
+                },
+                SyncMsg::Leave(key, done) => {
+                    settle(&mut members, &mut due);
+                    members.0.remove(&key);
+                    let _ = done.send(());
                 }
             }
         }
-        // Reported before any reply leaves, so that whatever a client sends after its reply
-        // reaches the engine after this: a subscription opened then starts past these events.
-        let _ = engine.send(Msg::Synced {
-            upto,
-            failed: failed.clone(),
-            away: away.as_ref().map(|e| e.to_string()),
-        });
-        let mut undelivered = Vec::new();
-        for group in groups {
-            for (to, answer, claimed) in group.replies {
-                let answer = match (&failed, &away) {
-                    (Some(e), _) => Err(OjsError::new(
-                        ErrorCode::BackendError,
-                        format!("commit failed: {e}"),
-                    )),
-                    (None, Some(e)) => Err(not_committed(e)),
-                    (None, None) => answer,
-                };
-                // A claim whose reply failed goes back to its queue like an undelivered one.
-                let sent = to.send(answer).is_ok();
-                if away.is_some() || !sent {
-                    undelivered.extend(claimed);
-                }
-            }
-        }
-        if !undelivered.is_empty() {
-            let _ = engine.send(Msg::Undelivered(undelivered));
-        }
+        settle(&mut members, &mut due);
     }
 }
 
@@ -304,15 +485,12 @@ impl Engine {
             p.unpublished
                 .push_back((no, std::mem::take(&mut txn.events)));
         }
-        let sent = p.tx.as_ref().map(|tx| {
-            tx.send(Group {
-                no,
-                mark,
-                replies: later,
-            })
-            .is_ok()
+        let sent = p.hand(Group {
+            no,
+            mark,
+            replies: later,
         });
-        if sent != Some(true) {
+        if !sent {
             return Err(StoreError::Backend("the syncer thread is gone".into()));
         }
         Ok(())

@@ -20,6 +20,8 @@
 //! - An engine that stops (shutdown, or a store error such as a lost lease) or panics is
 //!   dropped on the host thread, and its `ended` callback reports how it ended; the
 //!   others go on.
+//! - Pipelined engines (`--commit-pipeline`, PostgreSQL's default) also share one sync
+//!   thread per host (`commit::SharedSync`) instead of one each.
 
 use super::{Engine, Msg};
 use crate::store::StoreError;
@@ -110,6 +112,8 @@ pub struct Host {
     tx: Sender<HostMsg>,
     next: u64,
     engines: usize,
+    /// The sync thread of its pipelined engines, once it has one.
+    sync: Option<super::commit::SharedSync>,
 }
 
 impl Host {
@@ -122,7 +126,17 @@ impl Host {
             tx,
             next: 0,
             engines: 0,
+            sync: None,
         })
+    }
+
+    /// The sync thread this host's pipelined engines share, started on first use.
+    pub(super) fn sync(&mut self) -> std::io::Result<&mut super::commit::SharedSync> {
+        let sync = match self.sync.take() {
+            Some(s) => s,
+            None => super::commit::SharedSync::start()?,
+        };
+        Ok(self.sync.insert(sync))
     }
 
     /// Engines handed to this host and not reported ended by [`Host::ended_one`].

@@ -97,7 +97,10 @@ fn engines_on_one_host_are_each_woken_by_their_own_messages_and_end_alone() {
             call(&a, push("q", "019abcde-0000-7000-8000-00000000000a")),
             long,
         );
-        assert!(matches!(pushed, Some(Ok(_))), "{pushed:?} pipelined={pipelined}");
+        assert!(
+            matches!(pushed, Some(Ok(_))),
+            "{pushed:?} pipelined={pipelined}"
+        );
         let got = within(&rt, waiting, long).expect("the waiting FETCH was answered");
         assert_eq!(id_of(&got), "019abcde-0000-7000-8000-00000000000a");
 

@@ -255,7 +255,7 @@ pub fn start_with(
     StoreError,
 > {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let (engine, handle) = build(store, cfg, shared, host::Inbox::alone(tx), rx)?;
+    let (engine, handle) = build(store, cfg, shared, host::Inbox::alone(tx), rx, None)?;
     let thread = std::thread::Builder::new()
         .name("ojsd-engine".into())
         .spawn(move || engine.run())
@@ -274,18 +274,21 @@ pub fn start_hosted(
 ) -> Result<EngineHandle, StoreError> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let bell = host.bell();
-    let (engine, handle) = build(store, cfg, shared, host::Inbox::rung(tx, bell.clone()), rx)?;
+    let inbox = host::Inbox::rung(tx, bell.clone());
+    let (engine, handle) = build(store, cfg, shared, inbox, rx, Some(host.sync()?))?;
     host.add(engine, bell, ended)?;
     Ok(handle)
 }
 
-/// The engine over `store`, its index rebuilt, and its handle.
+/// The engine over `store`, its index rebuilt, and its handle. A pipelined engine's
+/// batches are synced by `sync` when given (its host's), else by a thread of its own.
 fn build(
     store: Box<dyn Store>,
     cfg: Config,
     shared: Shared,
     tx: host::Inbox,
     rx: Receiver<Msg>,
+    sync: Option<&mut commit::SharedSync>,
 ) -> Result<(Engine, EngineHandle), StoreError> {
     let Shared {
         subscribers,
@@ -332,7 +335,10 @@ fn build(
         compact::Compaction::new(engine.store.compactor(), engine.cfg.compact_after_deletes);
     let syncer = engine.store.syncer()?;
     if engine.cfg.commit_pipeline {
-        engine.pipeline = Some(commit::Pipeline::start(syncer, tx.clone())?);
+        engine.pipeline = Some(match sync {
+            Some(sync) => sync.join(syncer, tx.clone())?,
+            None => commit::Pipeline::start(syncer, tx.clone())?,
+        });
     } else {
         engine.inline_syncer = Some(syncer);
     }
