@@ -32,7 +32,7 @@
 //! store error (fenced, a write refused) leaves memory ahead of what can ever be
 //! committed: the engine fails what waits and stops, and the process exits.
 
-use super::host::Inbox;
+use super::inbox::Inbox;
 use super::txn::{self, Out, Txn};
 use super::{Engine, Msg};
 use crate::engine::api::Answered;

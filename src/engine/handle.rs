@@ -6,7 +6,7 @@ use super::*;
 /// The cheap, cloneable way into the engine.
 #[derive(Clone)]
 pub struct EngineHandle {
-    pub(super) tx: super::host::Inbox,
+    pub(super) tx: super::inbox::Inbox,
     /// Builds typed requests from client bodies on the caller's task.
     pub(super) intake: super::intake::Intake,
     pub(super) queue: Arc<Semaphore>,
@@ -263,7 +263,7 @@ mod queue_tests {
     fn stalled() -> (EngineHandle, Receiver<Msg>) {
         let (tx, rx) = crossbeam_channel::unbounded();
         let handle = EngineHandle {
-            tx: super::super::host::Inbox::alone(tx),
+            tx: super::super::inbox::Inbox::alone(tx),
             intake: Default::default(),
             queue: Arc::new(Semaphore::new(QUEUE_PERMITS)),
             connections: Arc::new(AtomicUsize::new(0)),

@@ -23,74 +23,17 @@
 //! - Pipelined engines (`--commit-pipeline`, PostgreSQL's default) also share one sync
 //!   thread per host (`commit::SharedSync`) instead of one each.
 
-use super::{Engine, Msg};
+use super::inbox::Bell;
+use super::Engine;
 use crate::store::StoreError;
-use crossbeam_channel::{Receiver, RecvTimeoutError, SendError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// What a hosted engine reports when it ends.
 pub type Ended = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
-
-/// The way into one engine: its channel and, for a hosted engine, its host's doorbell.
-#[derive(Clone)]
-pub(crate) struct Inbox {
-    tx: Sender<Msg>,
-    bell: Option<Arc<Bell>>,
-}
-
-/// One hosted engine's doorbell.
-pub(crate) struct Bell {
-    slot: u64,
-    /// Rung and not yet taken up by the host: further sends need not ring.
-    rung: AtomicBool,
-    host: Sender<HostMsg>,
-}
-
-impl Bell {
-    /// The host takes the ring up, before it drains the engine's channel (see
-    /// [`Inbox::send`]): the next send rings again.
-    fn take_up(&self) {
-        self.rung.swap(false, Ordering::AcqRel);
-    }
-}
-
-impl Inbox {
-    /// An engine's inbox on a thread of its own.
-    pub(super) fn alone(tx: Sender<Msg>) -> Inbox {
-        Inbox { tx, bell: None }
-    }
-
-    /// A hosted engine's inbox, ringing `bell`.
-    pub(super) fn rung(tx: Sender<Msg>, bell: Arc<Bell>) -> Inbox {
-        Inbox {
-            tx,
-            bell: Some(bell),
-        }
-    }
-
-    /// As crossbeam's `Sender::send`: a message the engine can no longer take comes back.
-    #[allow(clippy::result_large_err)]
-    pub(super) fn send(&self, msg: Msg) -> Result<(), SendError<Msg>> {
-        self.tx.send(msg)?;
-        if let Some(b) = &self.bell {
-            // The message is queued before the flag is read, and the host clears the
-            // flag before it drains the channel: either this send rings, or the drain
-            // that follows the host's clearing sees the message.
-            if !b.rung.swap(true, Ordering::AcqRel) {
-                let _ = b.host.send(HostMsg::Rung(b.slot));
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) fn same_channel(&self, other: &Inbox) -> bool {
-        self.tx.same_channel(&other.tx)
-    }
-}
 
 enum HostMsg {
     Rung(u64),
@@ -149,14 +92,13 @@ impl Host {
         self.engines = self.engines.saturating_sub(1);
     }
 
-    /// A doorbell for the next engine.
+    /// A doorbell for the next engine, and the slot it rings.
     pub(super) fn bell(&mut self) -> Arc<Bell> {
         self.next += 1;
-        Arc::new(Bell {
-            slot: self.next,
-            rung: AtomicBool::new(false),
-            host: self.tx.clone(),
-        })
+        let (slot, host) = (self.next, self.tx.clone());
+        Arc::new(Bell::new(slot, move || {
+            let _ = host.send(HostMsg::Rung(slot));
+        }))
     }
 
     /// Run `engine` (whose inbox rings `bell`) on this host from now on.
@@ -219,8 +161,8 @@ fn host_loop(rx: Receiver<HostMsg>) {
             match m {
                 HostMsg::Rung(slot) => ready.push(slot),
                 HostMsg::Add(h) => {
-                    ready.push(h.bell.slot);
-                    engines.insert(h.bell.slot, *h);
+                    ready.push(h.bell.slot());
+                    engines.insert(h.bell.slot(), *h);
                 }
                 HostMsg::Close => closing = true,
             }

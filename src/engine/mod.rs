@@ -15,6 +15,7 @@ mod events;
 mod handle;
 mod hooks;
 mod host;
+mod inbox;
 mod index;
 pub mod intake;
 mod jobs;
@@ -255,7 +256,7 @@ pub fn start_with(
     StoreError,
 > {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let (engine, handle) = build(store, cfg, shared, host::Inbox::alone(tx), rx, None)?;
+    let (engine, handle) = build(store, cfg, shared, inbox::Inbox::alone(tx), rx, None)?;
     let thread = std::thread::Builder::new()
         .name("ojsd-engine".into())
         .spawn(move || engine.run())
@@ -274,8 +275,8 @@ pub fn start_hosted(
 ) -> Result<EngineHandle, StoreError> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let bell = host.bell();
-    let inbox = host::Inbox::rung(tx, bell.clone());
-    let (engine, handle) = build(store, cfg, shared, inbox, rx, Some(host.sync()?))?;
+    let tx = inbox::Inbox::rung(tx, bell.clone());
+    let (engine, handle) = build(store, cfg, shared, tx, rx, Some(host.sync()?))?;
     host.add(engine, bell, ended)?;
     Ok(handle)
 }
@@ -286,7 +287,7 @@ fn build(
     store: Box<dyn Store>,
     cfg: Config,
     shared: Shared,
-    tx: host::Inbox,
+    tx: inbox::Inbox,
     rx: Receiver<Msg>,
     sync: Option<&mut commit::SharedSync>,
 ) -> Result<(Engine, EngineHandle), StoreError> {
