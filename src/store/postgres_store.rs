@@ -245,17 +245,32 @@ impl Shared {
             match self.unsynced.lock().unwrap().as_ref() {
                 None => return Ok(()),
                 Some((_, why)) if last.is_some_and(|t| t.elapsed() < super::READY_RETRY) => {
-                    Some(why.clone())
+                    Err(why.clone())
                 }
-                Some(_) => {
+                Some((since, _)) => {
                     *last = Some(std::time::Instant::now());
-                    None
+                    Ok(*since)
                 }
             }
         };
         match retry {
-            Some(why) => Err(StoreError::Unavailable(why)),
-            None => self.sync(),
+            Err(why) => Err(StoreError::Unavailable(why)),
+            Ok(since) => {
+                self.sync()?;
+                // Every write is durable. This sync may have had nothing to commit (a
+                // partition without writes since the outage): then no round's settle clears
+                // the note, and `ready` would keep answering its old error between retries.
+                // (Unless a failure noted since is newer.)
+                let mut u = self.unsynced.lock().unwrap();
+                if u.as_ref().is_some_and(|(s, _)| *s == since) {
+                    tracing::warn!(
+                        after_ms = since.elapsed().as_millis() as u64,
+                        "postgres commits go through again"
+                    );
+                    *u = None;
+                }
+                Ok(())
+            }
         }
     }
 

@@ -117,6 +117,28 @@ fn an_owner_stops_committing_when_its_lease_lapses_on_its_own_clock() {
     assert_eq!(rows(&a, &opts.schema), vec!["early", "late", "later"]);
 }
 
+/// A lapse while the store has nothing to commit: once a renewal gets through, `ready` says
+/// so, and keeps saying so (it once answered the lapse's old error between its retries, as
+/// no commit came to clear it: an idle partition's engine then refused commands on and
+/// off until its next write).
+#[test]
+fn an_idle_store_is_ready_for_good_once_its_lease_is_renewed() {
+    if skipped() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(dir.path(), "node-a").unwrap();
+    let a = PostgresStore::open(&opts).unwrap();
+    a.freeze_for_test(true, true);
+    std::thread::sleep(opts.lease_ttl * 4 / 5 + Duration::from_millis(50));
+    assert!(is_unavailable(a.ready()));
+    a.freeze_for_test(false, true);
+    std::thread::sleep(opts.renew_every * 3);
+    for _ in 0..3 {
+        a.ready().unwrap();
+    }
+}
+
 /// The same lapse, but another node takes the partition meanwhile: the owner's renewal
 /// finds it taken, its store is fenced for good, and what it had pending never lands.
 #[test]
