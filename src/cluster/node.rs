@@ -25,8 +25,8 @@ pub type EngineThread = JoinHandle<Result<(), StoreError>>;
 enum Event {
     Acquired(u32, PostgresStore),
     Release(u32),
-    /// A partition's engine (its number, its host) ended.
-    Ended(u32, u64, usize, Result<(), StoreError>),
+    /// A partition's engine (by its number) ended.
+    Ended(u32, u64, Result<(), StoreError>),
 }
 
 /// Open the node, then serve: the returned thread ends when this node's engines have
@@ -122,9 +122,8 @@ struct Engines {
     shared: Shared,
     tx: mpsc::Sender<Event>,
     /// This node's engines by partition, each with a number (a partition taken again
-    /// gets a new one, so the end of an old engine is not taken for the new one's) and
-    /// the host that runs it.
-    running: HashMap<u32, (u64, EngineHandle, usize)>,
+    /// gets a new one, so the end of an old engine is not taken for the new one's).
+    running: HashMap<u32, (u64, EngineHandle)>,
     next: u64,
     /// The threads that run the engines, up to `--engine-threads` (`engine/host.rs`).
     hosts: Vec<Host>,
@@ -142,17 +141,14 @@ impl Engines {
                 // Stopping: the store is dropped, which gives the partition back.
                 Ok(Event::Acquired(..)) => {}
                 Ok(Event::Release(p)) => {
-                    if let Some((_, h, _)) = self.running.get(&p) {
+                    if let Some((_, h)) = self.running.get(&p) {
                         tracing::info!(part = p, "giving the partition up for balance");
                         self.router.deactivate(p);
                         h.shutdown();
                     }
                 }
-                Ok(Event::Ended(p, n, host, result)) => {
-                    if let Some(h) = self.hosts.get_mut(host) {
-                        h.ended_one();
-                    }
-                    if self.running.get(&p).is_some_and(|(m, ..)| *m == n) {
+                Ok(Event::Ended(p, n, result)) => {
+                    if self.running.get(&p).is_some_and(|(m, _)| *m == n) {
                         self.running.remove(&p);
                         self.router.deactivate(p);
                     }
@@ -166,7 +162,7 @@ impl Engines {
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
             }
             if self.router.is_stopping() {
-                for (_, h, _) in self.running.values() {
+                for (_, h) in self.running.values() {
                     h.shutdown();
                 }
             }
@@ -191,14 +187,14 @@ impl Engines {
         let n = self.next;
         let tx = self.tx.clone();
         let ended: engine::Ended = Box::new(move |r| {
-            let _ = tx.send(Event::Ended(p, n, host, r));
+            let _ = tx.send(Event::Ended(p, n, r));
         });
         let hosting = &mut self.hosts[host];
         match engine::start_hosted(Box::new(store), cfg, self.shared.clone(), hosting, ended) {
             Ok(handle) => {
                 self.router.activate(p, handle.clone());
                 super::relay::spawn(&self.rt, p, handle.clone(), self.router.clone(), wake);
-                self.running.insert(p, (n, handle, host));
+                self.running.insert(p, (n, handle));
                 tracing::info!(
                     part = p,
                     ms = t0.elapsed().as_millis() as u64,

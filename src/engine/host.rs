@@ -29,6 +29,7 @@ use crate::store::StoreError;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,7 +55,8 @@ struct Hosted {
 pub struct Host {
     tx: Sender<HostMsg>,
     next: u64,
-    engines: usize,
+    /// Engines handed over and not ended yet (the host thread counts the ends).
+    engines: Arc<AtomicUsize>,
     /// The sync thread of its pipelined engines, once it has one.
     sync: Option<super::commit::SharedSync>,
 }
@@ -62,13 +64,15 @@ pub struct Host {
 impl Host {
     pub fn start(name: &str) -> std::io::Result<Host> {
         let (tx, rx) = crossbeam_channel::unbounded();
+        let engines = Arc::new(AtomicUsize::new(0));
+        let count = engines.clone();
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || host_loop(rx))?;
+            .spawn(move || host_loop(rx, count))?;
         Ok(Host {
             tx,
             next: 0,
-            engines: 0,
+            engines,
             sync: None,
         })
     }
@@ -82,14 +86,9 @@ impl Host {
         Ok(self.sync.insert(sync))
     }
 
-    /// Engines handed to this host and not reported ended by [`Host::ended_one`].
+    /// Engines handed to this host that have not ended.
     pub fn engines(&self) -> usize {
-        self.engines
-    }
-
-    /// The owner's count: one of this host's engines has ended.
-    pub fn ended_one(&mut self) {
-        self.engines = self.engines.saturating_sub(1);
+        self.engines.load(Ordering::SeqCst)
     }
 
     /// A doorbell for the next engine, and the slot it rings.
@@ -114,13 +113,11 @@ impl Host {
             due: Instant::now(),
             ended,
         });
-        match self.tx.send(HostMsg::Add(hosted)) {
-            Ok(()) => {
-                self.engines += 1;
-                Ok(())
-            }
-            Err(_) => Err(StoreError::Other("the engine host thread is gone".into())),
-        }
+        self.engines.fetch_add(1, Ordering::SeqCst);
+        self.tx.send(HostMsg::Add(hosted)).map_err(|_| {
+            self.engines.fetch_sub(1, Ordering::SeqCst);
+            StoreError::Other("the engine host thread is gone".into())
+        })
     }
 }
 
@@ -130,7 +127,7 @@ impl Drop for Host {
     }
 }
 
-fn host_loop(rx: Receiver<HostMsg>) {
+fn host_loop(rx: Receiver<HostMsg>, count: Arc<AtomicUsize>) {
     let mut engines: HashMap<u64, Hosted> = HashMap::new();
     // Engines to run next: rung, or with messages left over from their last batch.
     let mut ready: Vec<u64> = Vec::new();
@@ -145,8 +142,12 @@ fn host_loop(rx: Receiver<HostMsg>) {
                     match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
                         Ok(m) => Some(m),
                         Err(RecvTimeoutError::Timeout) => None,
-                        // Every sender gone means every engine's inbox is too.
-                        Err(RecvTimeoutError::Disconnected) => None,
+                        // Not while an engine is hosted (its bell holds a sender); if
+                        // ever, wait for the earliest engine instead of spinning.
+                        Err(RecvTimeoutError::Disconnected) => {
+                            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                            None
+                        }
                     }
                 }
                 None => match rx.recv() {
@@ -200,6 +201,7 @@ fn host_loop(rx: Receiver<HostMsg>) {
                 // Its pipeline's syncer finishes and its store lets go, as when an
                 // engine's own thread returns.
                 let _ = catch_unwind(AssertUnwindSafe(move || drop(engine)));
+                count.fetch_sub(1, Ordering::SeqCst);
                 ended(end);
             }
         }
