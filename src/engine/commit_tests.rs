@@ -4,47 +4,13 @@
 //! batch's events join the last log record while the store still holds it.
 
 use super::super::request::Command;
+use super::super::test_cmds::{fetch, id_of, push, within};
 use super::super::test_store::Wrapped;
-use super::super::{start, Answer, Answered, Config};
+use super::super::{start, Answer, Config};
 use crate::store::StoreKind;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
-
-fn push(q: &str) -> Command {
-    let job = json!({"type": "t", "queue": q, "args": []});
-    let len = job.to_string().len();
-    let job = crate::engine::intake::Intake::default()
-        .job(job, len)
-        .unwrap();
-    Command::Push {
-        job: Box::new(job),
-        len,
-        resend: false,
-    }
-}
-
-fn id_of(a: &Answered) -> String {
-    match a {
-        Ok(Answer::Job(j)) => {
-            let v: Value = serde_json::from_slice(j.json()).unwrap();
-            v["id"].as_str().unwrap().to_owned()
-        }
-        other => panic!("expected a job, got {other:?}"),
-    }
-}
-
-/// What arrived on `rx` within `d`, if anything.
-fn within(
-    rt: &tokio::runtime::Runtime,
-    rx: &mut oneshot::Receiver<Answered>,
-    d: Duration,
-) -> Option<Answered> {
-    rt.block_on(async { tokio::time::timeout(d, rx).await })
-        .ok()
-        .map(Result::unwrap)
-}
 
 /// An engine on a fjall store in `dir` wrapped as `test_store` does (its gate, and
 /// whether it says its batches are still held), and a runtime to wait on its replies.
@@ -139,14 +105,6 @@ fn a_fetch_reply_leaves_before_its_batch_is_durable_and_an_ack_after() {
 
         handle.shutdown();
         thread.join().unwrap().unwrap();
-    }
-}
-
-fn fetch(q: &str) -> Command {
-    Command::Fetch {
-        queues: vec![q.into()],
-        count: None,
-        wait: None,
     }
 }
 

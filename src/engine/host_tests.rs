@@ -2,52 +2,15 @@
 //! only its own jobs, and ends on its own while the others go on.
 
 use super::super::request::Command;
-use super::super::{start_hosted, Answer, Answered, Config, EngineHandle, Host, Shared};
+use super::super::test_cmds::{fetch, id_of, push_job, within};
+use super::super::{start_hosted, Config, EngineHandle, Host, Shared};
 use crate::store::{StoreError, StoreKind};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 fn push(q: &str, id: &str) -> Command {
-    let job = json!({"id": id, "type": "t", "queue": q, "args": []});
-    let len = job.to_string().len();
-    let job = crate::engine::intake::Intake::default()
-        .job(job, len)
-        .unwrap();
-    Command::Push {
-        job: Box::new(job),
-        len,
-        resend: false,
-    }
-}
-
-fn fetch(q: &str) -> Command {
-    Command::Fetch {
-        queues: vec![q.into()],
-        count: None,
-        wait: None,
-    }
-}
-
-fn id_of(a: &Answered) -> String {
-    match a {
-        Ok(Answer::Job(j)) => {
-            let v: Value = serde_json::from_slice(j.json()).unwrap();
-            v["id"].as_str().unwrap().to_owned()
-        }
-        other => panic!("expected a job, got {other:?}"),
-    }
-}
-
-fn within(
-    rt: &tokio::runtime::Runtime,
-    rx: oneshot::Receiver<Answered>,
-    d: Duration,
-) -> Option<Answered> {
-    rt.block_on(async { tokio::time::timeout(d, rx).await })
-        .ok()
-        .map(Result::unwrap)
+    push_job(json!({"id": id, "type": "t", "queue": q, "args": []}))
 }
 
 /// An engine over a fresh fjall store in `dir`, on `host`; its end is sent to `ended`.
@@ -91,28 +54,28 @@ fn engines_on_one_host_are_each_woken_by_their_own_messages_and_end_alone() {
 
         // A FETCH waits on a's empty queue (for up to 30 s): the PUSH's message wakes a,
         // whose waiting FETCH takes the job.
-        let waiting = call(&a, fetch("q"));
+        let mut waiting = call(&a, fetch("q"));
         let pushed = within(
             &rt,
-            call(&a, push("q", "019abcde-0000-7000-8000-00000000000a")),
+            &mut call(&a, push("q", "019abcde-0000-7000-8000-00000000000a")),
             long,
         );
         assert!(
             matches!(pushed, Some(Ok(_))),
             "{pushed:?} pipelined={pipelined}"
         );
-        let got = within(&rt, waiting, long).expect("the waiting FETCH was answered");
+        let got = within(&rt, &mut waiting, long).expect("the waiting FETCH was answered");
         assert_eq!(id_of(&got), "019abcde-0000-7000-8000-00000000000a");
 
         // b holds its own jobs: a's queue of the same name is not b's.
         within(
             &rt,
-            call(&b, push("q", "019abcde-0000-7000-8000-00000000000b")),
+            &mut call(&b, push("q", "019abcde-0000-7000-8000-00000000000b")),
             long,
         )
         .unwrap()
         .unwrap();
-        let got = within(&rt, call(&b, fetch("q")), long).unwrap();
+        let got = within(&rt, &mut call(&b, fetch("q")), long).unwrap();
         assert_eq!(id_of(&got), "019abcde-0000-7000-8000-00000000000b");
 
         // a stops; b goes on.
@@ -123,11 +86,11 @@ fn engines_on_one_host_are_each_woken_by_their_own_messages_and_end_alone() {
         assert_eq!(host.engines(), 1);
         let pushed = within(
             &rt,
-            call(&b, push("q", "019abcde-0000-7000-8000-00000000000c")),
+            &mut call(&b, push("q", "019abcde-0000-7000-8000-00000000000c")),
             long,
         );
         assert!(matches!(pushed, Some(Ok(_))), "b still serves: {pushed:?}");
-        let gone = within(&rt, call(&a, fetch("q")), long).unwrap();
+        let gone = within(&rt, &mut call(&a, fetch("q")), long).unwrap();
         assert!(gone.is_err(), "a answers no more: {gone:?}");
 
         b.shutdown();

@@ -29,6 +29,8 @@ mod slow;
 mod stored;
 mod subscription;
 #[cfg(test)]
+mod test_cmds;
+#[cfg(test)]
 mod test_store;
 mod throughput;
 mod txn;
