@@ -232,6 +232,19 @@ impl Shared {
         }
     }
 
+    /// Commits go through again: forget the note [`note_unsynced`](Self::note_unsynced)
+    /// made (only if it is the one made at `since`, when given) and say so.
+    pub(super) fn note_synced(&self, since: Option<std::time::Instant>) {
+        let mut u = self.unsynced.lock().unwrap();
+        if let Some((at, _)) = u.as_ref().filter(|(at, _)| since.is_none_or(|s| s == *at)) {
+            tracing::warn!(
+                after_ms = at.elapsed().as_millis() as u64,
+                "postgres commits go through again"
+            );
+            *u = None;
+        }
+    }
+
     /// See [`Store::ready`].
     fn ready(self: &Arc<Self>) -> StoreResult<()> {
         if let Err(e) = self.committable() {
@@ -260,15 +273,7 @@ impl Shared {
                 // Every write is durable. This sync may have had nothing to commit (a
                 // partition without writes since the outage): then no round's settle clears
                 // the note, and `ready` would keep answering its old error between retries.
-                // (Unless a failure noted since is newer.)
-                let mut u = self.unsynced.lock().unwrap();
-                if u.as_ref().is_some_and(|(s, _)| *s == since) {
-                    tracing::warn!(
-                        after_ms = since.elapsed().as_millis() as u64,
-                        "postgres commits go through again"
-                    );
-                    *u = None;
-                }
+                self.note_synced(Some(since));
                 Ok(())
             }
         }

@@ -60,12 +60,7 @@ impl Source for Shared {
         let batches = std::mem::take(&mut t.batches);
         match outcome {
             Ok(()) => {
-                if let Some((since, _)) = self.unsynced.lock().unwrap().take() {
-                    tracing::warn!(
-                        after_ms = since.elapsed().as_millis() as u64,
-                        "postgres commits go through again"
-                    );
-                }
+                self.note_synced(None);
                 if let Some(upto) = batches.last().map(|b| b.seq) {
                     let mut o = self.overlay.write().unwrap();
                     for (space, key, value) in ops {
