@@ -206,26 +206,60 @@ impl Engines {
         }
     }
 
-    /// The host for the next engine: the one running fewest, or a new thread while there
-    /// are fewer than `--engine-threads` and each has one already.
+    /// The host for the next engine ([`pick_host`]), started if it is a new one.
     fn host(&mut self) -> Option<usize> {
         let most = match self.cfg.engine_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let least = (0..self.hosts.len()).min_by_key(|&i| self.hosts[i].engines());
-        match least {
-            Some(i) if self.hosts[i].engines() == 0 || self.hosts.len() >= most => Some(i),
-            _ => match Host::start("ojsd-engine") {
-                Ok(h) => {
-                    self.hosts.push(h);
-                    Some(self.hosts.len() - 1)
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot start an engine thread");
-                    least
-                }
-            },
+        let engines: Vec<usize> = self.hosts.iter().map(Host::engines).collect();
+        if let Some(i) = pick_host(&engines, most) {
+            return Some(i);
         }
+        match Host::start("ojsd-engine") {
+            Ok(h) => {
+                self.hosts.push(h);
+                Some(self.hosts.len() - 1)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start an engine thread");
+                (0..engines.len()).min_by_key(|&i| engines[i])
+            }
+        }
+    }
+}
+
+/// Engines a host thread runs before the node starts another (up to `--engine-threads`).
+/// A thread per partition on a node holding a few made each of them sleep and wake per
+/// batch, and three nodes of a few partitions each on one machine ran their commands
+/// slower with two threads each than with one (bench/RESULTS.md, round 16).
+pub const ENGINES_PER_HOST: usize = 4;
+
+/// Where the next engine goes, given the engines each host runs: the host running fewest,
+/// or `None` for a new host, while there are fewer than `most` and each runs
+/// [`ENGINES_PER_HOST`] already.
+fn pick_host(engines: &[usize], most: usize) -> Option<usize> {
+    let least = (0..engines.len()).min_by_key(|&i| engines[i])?;
+    (engines[least] < ENGINES_PER_HOST || engines.len() >= most.max(1)).then_some(least)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pick_host, ENGINES_PER_HOST as K};
+
+    #[test]
+    fn a_new_host_only_once_each_runs_its_share() {
+        // The first engine needs a host; a few share it.
+        assert_eq!(pick_host(&[], 2), None);
+        assert_eq!(pick_host(&[1], 2), Some(0));
+        assert_eq!(pick_host(&[K - 1], 2), Some(0));
+        // Full: a second thread, then the emptier one.
+        assert_eq!(pick_host(&[K], 2), None);
+        assert_eq!(pick_host(&[K, 1], 2), Some(1));
+        // At most `most` threads: past that, the one running fewest.
+        assert_eq!(pick_host(&[K + 2, K], 2), Some(1));
+        assert_eq!(pick_host(&[K, K], 1), Some(0));
+        // A host whose engines all ended is used again before a new one starts.
+        assert_eq!(pick_host(&[K, 0], 8), Some(1));
     }
 }
