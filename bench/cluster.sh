@@ -19,7 +19,8 @@
 #    xact_commit and transaction ids assigned (writing transactions), WAL bytes and ojs_kv rows
 #    inserted, updated and deleted per job,
 #    the CPU seconds of the nodes and of PostgreSQL per 1,000 jobs, and the machine's CPU
-#    steal and idle over the run (/proc/stat).
+#    steal and idle over the run (/proc/stat), and the nodes' write system calls per job
+#    (/proc/PID/io syscw: replies to clients, frames to peers, statements to PostgreSQL).
 # 2. takeover: 3 nodes, TAKEOVER_JOBS jobs pushed over the QUEUES queues (PUSHB 100 through
 #    all three nodes), then kill -9 of the node holding the most partitions. From the kill:
 #    the first queue and the last queue that hand out a job again through a surviving node
@@ -94,8 +95,14 @@ def stat(pid):
         return None
     f = s[s.rindex(")") + 2:].split()
     return int(f[1]), (int(f[11]) + int(f[12])) / tick  # ppid, utime + stime
+def writes(pid):  # write system calls (write, writev, sendmsg...) so far
+    try:
+        return int(next(l for l in open(f"/proc/{pid}/io") if l.startswith("syscw")).split()[1])
+    except (OSError, StopIteration):
+        return 0
 pg = sys.argv[1]
 nodes = sum((stat(p) or (0, 0))[1] for p in sys.argv[2:])
+syscw = sum(writes(p) for p in sys.argv[2:])
 pg_cpu = 0.0
 if pg:
     for d in os.listdir("/proc"):
@@ -104,7 +111,7 @@ if pg:
             if st and (d == pg or str(st[0]) == pg):
                 pg_cpu += st[1]
 cpu = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-print(json.dumps({"nodes": nodes, "pg": pg_cpu, "cpu": cpu}))
+print(json.dumps({"nodes": nodes, "pg": pg_cpu, "cpu": cpu, "syscw": syscw}))
 EOF
 }
 # usage A B JOBS: nodes' and PostgreSQL's CPU s per 1,000 jobs, steal % and idle % between
@@ -116,7 +123,8 @@ a, b, jobs = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3])
 d = [y - x for x, y in zip(a["cpu"], b["cpu"])]
 tot = sum(d[:8]) or 1
 print(round((b["nodes"] - a["nodes"]) * 1000 / jobs, 3), round((b["pg"] - a["pg"]) * 1000 / jobs, 3),
-      round(d[7] * 100 / tot, 1), round((d[3] + d[4]) * 100 / tot, 1), sep="\t")
+      round(d[7] * 100 / tot, 1), round((d[3] + d[4]) * 100 / tot, 1),
+      round((b["syscw"] - a["syscw"]) / jobs, 2), sep="\t")
 EOF
 }
 
@@ -191,6 +199,7 @@ load() {
     u=$(usage "$s0" "$s1" "$JOBS")
     row throughput "$setup" "$pass" "CPU s per 1k jobs: nodes / PostgreSQL" "$(cut -f1 <<<"$u") / $(cut -f2 <<<"$u")"
     row throughput "$setup" "$pass" "machine: steal % / idle %" "$(cut -f3 <<<"$u") / $(cut -f4 <<<"$u")"
+    row throughput "$setup" "$pass" "write system calls per job, nodes" "$(cut -f5 <<<"$u")"
     if [ "$setup" != fjall ]; then
         sleep 1.5 # pg_stat_database is flushed by the backends at most once a second
         x1=$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")

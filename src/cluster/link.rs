@@ -396,12 +396,8 @@ async fn write_frames(
     >,
     mut rx: mpsc::UnboundedReceiver<(Bytes, Option<OwnedSemaphorePermit>)>,
 ) {
-    while let Some((frame, permit)) = rx.recv().await {
-        if let Err(e) = sink.send(frame).await {
-            tracing::debug!(error = %e, "peer connection: write failed");
-            break;
-        }
-        drop(permit);
+    if let Err(e) = super::proto::write_frames(&mut sink, &mut rx).await {
+        tracing::debug!(error = %e, "peer connection: write failed");
     }
     let _ = sink.close().await;
 }

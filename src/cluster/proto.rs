@@ -202,9 +202,103 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Bytes, String> {
         .map_err(|e| format!("cannot encode a peer message: {e}"))
 }
 
+/// Frames written to the socket at most between two flushes, in bytes.
+const FLUSH_BYTES: usize = 64 * 1024;
+
+/// Write each frame `rx` gives to `sink`, with one flush (one write to the socket) for all
+/// that queued up meanwhile, as a client connection's replies are (`server/session.rs`):
+/// under load a link carries many commands at once, and a write per frame was a third of a
+/// forwarding node's runtime samples (bench/RESULTS.md, round 16). `P` is what a frame
+/// holds until it is written (its permits of the peer budget). Ends when `rx` does, or with
+/// the first write error.
+pub async fn write_frames<S, P>(
+    sink: &mut S,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(Bytes, P)>,
+) -> std::io::Result<()>
+where
+    S: futures_util::Sink<Bytes, Error = std::io::Error> + Unpin,
+{
+    use futures_util::SinkExt;
+    let mut held = Vec::new();
+    let mut unflushed = 0usize;
+    while let Some((frame, hold)) = rx.recv().await {
+        unflushed += frame.len();
+        sink.feed(frame).await?;
+        held.push(hold);
+        if rx.is_empty() || unflushed >= FLUSH_BYTES {
+            sink.flush().await?;
+            held.clear();
+            unflushed = 0;
+        }
+    }
+    sink.flush().await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts the writes that reach it.
+    #[derive(Default)]
+    struct Writes {
+        frames: Vec<Bytes>,
+        buffered: usize,
+        flushes: usize,
+    }
+
+    impl futures_util::Sink<Bytes> for Writes {
+        type Error = std::io::Error;
+        fn poll_ready(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn start_send(mut self: std::pin::Pin<&mut Self>, b: Bytes) -> std::io::Result<()> {
+            self.frames.push(b);
+            self.buffered += 1;
+            Ok(())
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.buffered > 0 {
+                self.flushes += 1;
+                self.buffered = 0;
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_queued_together_go_out_in_one_write_in_order() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..5u8 {
+            tx.send((Bytes::from(vec![i]), ())).unwrap();
+        }
+        drop(tx);
+        let mut w = Writes::default();
+        write_frames(&mut w, &mut rx).await.unwrap();
+        assert_eq!(w.frames, (0..5u8).map(|i| Bytes::from(vec![i])).collect::<Vec<_>>());
+        assert_eq!(w.flushes, 1);
+
+        // Past FLUSH_BYTES a burst is written in parts; a lone frame at once.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..4 {
+            tx.send((Bytes::from(vec![0; FLUSH_BYTES / 2]), ())).unwrap();
+        }
+        drop(tx);
+        let mut w = Writes::default();
+        write_frames(&mut w, &mut rx).await.unwrap();
+        assert_eq!((w.frames.len(), w.flushes), (4, 2));
+    }
 
     #[test]
     fn a_forwarded_push_fits_the_frame_of_its_line() {

@@ -223,12 +223,7 @@ async fn peer_connection<S>(
     let (mut sink, mut stream) = framed.split();
     let (out, mut rx): (Out, _) = mpsc::unbounded_channel();
     let writer = tokio::spawn(async move {
-        while let Some((frame, permits)) = rx.recv().await {
-            if sink.send(frame).await.is_err() {
-                break;
-            }
-            drop(permits);
-        }
+        let _ = super::proto::write_frames(&mut sink, &mut rx).await;
     });
     let mine = Arc::new(Semaphore::new(kib(cfg.limits.per_peer)));
     // The job size limit of the engines that answer (replies of FETCH, JOB, listings).
