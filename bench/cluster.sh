@@ -19,7 +19,8 @@
 #    xact_commit and transaction ids assigned (writing transactions), WAL bytes and ojs_kv rows
 #    inserted, updated and deleted per job,
 #    the CPU seconds of the nodes and of PostgreSQL per 1,000 jobs, and the machine's CPU
-#    steal and idle over the run (/proc/stat), and the nodes' write system calls per job
+#    steal (/proc/stat), the cores busy during the run (nodes + PostgreSQL + the load
+#    generator's CPU over its measured time; see usage()), and the nodes' write system calls per job
 #    (/proc/PID/io syscw: replies to clients, frames to peers, statements to PostgreSQL).
 # 2. takeover: 3 nodes, TAKEOVER_JOBS jobs pushed over the QUEUES queues (PUSHB 100 through
 #    all three nodes), then kill -9 of the node holding the most partitions. From the kill:
@@ -114,16 +115,27 @@ cpu = [int(x) for x in open("/proc/stat").readline().split()[1:]]
 print(json.dumps({"nodes": nodes, "pg": pg_cpu, "cpu": cpu, "syscw": syscw}))
 EOF
 }
-# usage A B JOBS: nodes' and PostgreSQL's CPU s per 1,000 jobs, steal % and idle % between
-# two snapshots.
+# usage A B JOBS BENCH-JSON: nodes' and PostgreSQL's CPU s per 1,000 jobs, steal %, the
+# cores busy during the run and write system calls per job between two snapshots. The
+# busy cores are the CPU of the nodes, PostgreSQL and the load generator over the run's
+# measured time (its `elapsed_s`, taken by ojsd-bench from the first PUSH to the last job
+# done), not /proc/stat's idle time: the snapshots also span the load generator's start and
+# its exactly-once check, as long as a short run itself (round 16 found 55% "idle" that
+# way in runs that kept 1.7 of the 2 cores busy).
 usage() {
-    python3 - "$1" "$2" "$3" <<'EOF'
-import json, sys
+    python3 - "$1" "$2" "$3" "$4" <<'EOF'
+import json, os, sys
 a, b, jobs = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3])
+try:
+    run = json.load(open(sys.argv[4]))
+except (OSError, ValueError):
+    run = {}
 d = [y - x for x, y in zip(a["cpu"], b["cpu"])]
 tot = sum(d[:8]) or 1
+cpu = (b["nodes"] - a["nodes"]) + (b["pg"] - a["pg"]) + (run.get("client_cpu_s") or 0)
+busy = cpu / run["elapsed_s"] if run.get("elapsed_s") else float("nan")
 print(round((b["nodes"] - a["nodes"]) * 1000 / jobs, 3), round((b["pg"] - a["pg"]) * 1000 / jobs, 3),
-      round(d[7] * 100 / tot, 1), round((d[3] + d[4]) * 100 / tot, 1),
+      round(d[7] * 100 / tot, 1), f"{busy:.2f} of {os.cpu_count()}",
       round((b["syscw"] - a["syscw"]) / jobs, 2), sep="\t")
 EOF
 }
@@ -196,9 +208,10 @@ load() {
     row throughput "$setup" "$pass" "pickup p50 / p99 ms" "$(json "$f" "str(d['latency_ms']['p50']) + ' / ' + str(d['latency_ms']['p99'])")"
     row throughput "$setup" "$pass" "exactly once" "$(json "$f" "d['exactly_once']['ok']")"
     local u
-    u=$(usage "$s0" "$s1" "$JOBS")
+    u=$(usage "$s0" "$s1" "$JOBS" "$f")
     row throughput "$setup" "$pass" "CPU s per 1k jobs: nodes / PostgreSQL" "$(cut -f1 <<<"$u") / $(cut -f2 <<<"$u")"
-    row throughput "$setup" "$pass" "machine: steal % / idle %" "$(cut -f3 <<<"$u") / $(cut -f4 <<<"$u")"
+    row throughput "$setup" "$pass" "machine: steal %" "$(cut -f3 <<<"$u")"
+    row throughput "$setup" "$pass" "cores busy in the run: nodes + PostgreSQL + load generator" "$(cut -f4 <<<"$u")"
     row throughput "$setup" "$pass" "write system calls per job, nodes" "$(cut -f5 <<<"$u")"
     if [ "$setup" != fjall ]; then
         sleep 1.5 # pg_stat_database is flushed by the backends at most once a second
