@@ -286,13 +286,17 @@ mod tests {
         drop(tx);
         let mut w = Writes::default();
         write_frames(&mut w, &mut rx).await.unwrap();
-        assert_eq!(w.frames, (0..5u8).map(|i| Bytes::from(vec![i])).collect::<Vec<_>>());
+        assert_eq!(
+            w.frames,
+            (0..5u8).map(|i| Bytes::from(vec![i])).collect::<Vec<_>>()
+        );
         assert_eq!(w.flushes, 1);
 
         // Past FLUSH_BYTES a burst is written in parts; a lone frame at once.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         for _ in 0..4 {
-            tx.send((Bytes::from(vec![0; FLUSH_BYTES / 2]), ())).unwrap();
+            tx.send((Bytes::from(vec![0; FLUSH_BYTES / 2]), ()))
+                .unwrap();
         }
         drop(tx);
         let mut w = Writes::default();

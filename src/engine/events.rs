@@ -10,6 +10,7 @@ use crate::events::held::{Buffer, HeldLimits, Reservation};
 use crate::events::{self, Component, Event, EventFilter, EventKind, Start};
 use crate::job::Job;
 use crate::store::Space;
+use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +65,12 @@ pub(super) struct EventState {
     /// The last log record written, while the store still holds its batch uncommitted
     /// (see [`Engine::log_events`]).
     open: Option<OpenRecord>,
+    /// The time of the newest event in the log's oldest record, as the last prune that
+    /// stopped there read it: until the retention passes it (and while the count is within
+    /// its bound) there is nothing to prune, and [`Engine::prune_events`] does not read the
+    /// log. Later events only go into the newest record, so a record's newest time only
+    /// grows: the prune may look again early, never late.
+    oldest_record_newest: Option<DateTime<Utc>>,
 }
 
 /// A log record the next batch may add its events to.
@@ -522,6 +529,14 @@ impl Engine {
         let over = count.saturating_sub(self.cfg.events.max_count);
         let count_end = self.events.oldest + over;
         let cutoff = crate::time::sub(self.now, self.cfg.events.retention);
+        // Reading the log is a database round trip on PostgreSQL, every PRUNE_EVERY per
+        // partition: skip it when it cannot find anything.
+        let waits = |t: &DateTime<Utc>| *t >= cutoff;
+        if count == 0 || (over == 0 && self.events.oldest_record_newest.as_ref().is_some_and(waits))
+        {
+            return false;
+        }
+        let mut stopped_at = None;
         let mut drop = Vec::new();
         let mut end = self.events.oldest;
         let scan = self.store.scan_from(
@@ -537,9 +552,12 @@ impl Engine {
                 let Some(&(last, json)) = entries.last() else {
                     return false;
                 };
-                let aged = || events::decode(last, json).is_some_and(|(_, time)| time < cutoff);
-                if last >= count_end && !aged() {
-                    return false;
+                if last >= count_end {
+                    let time = events::decode(last, json).map(|(_, time)| time);
+                    if !time.is_some_and(|t| t < cutoff) {
+                        stopped_at = time;
+                        return false;
+                    }
                 }
                 drop.push(first);
                 end = last + 1;
@@ -548,6 +566,7 @@ impl Engine {
                 !short
             },
         );
+        self.events.oldest_record_newest = stopped_at;
         if let Err(e) = scan {
             tracing::error!(error = %e, "could not read the event log to prune it");
             return false;
@@ -607,3 +626,7 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod tests;

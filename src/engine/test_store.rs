@@ -1,7 +1,7 @@
 //! A real store wrapped for the engine's tests: its syncs and commits wait while a gate the
 //! test holds is shut (so a test sees what leaves before a batch is durable without timing
 //! anything), its reads of job records are counted (so a test sees what the cache
-//! served), and it says its last batch is still held uncommitted while `holding` is set
+//! served, and so are its reads of the event log), and it says its last batch is still held uncommitted while `holding` is set
 //! (as PostgreSQL's store does between commit rounds).
 
 use crate::store::{Batch, Bounds, Space, Store, StoreResult, Syncer};
@@ -30,6 +30,8 @@ pub(super) struct Wrapped {
     inner: Box<dyn Store>,
     pub(super) gate: Gate,
     pub(super) job_reads: Arc<AtomicUsize>,
+    /// Reads of the event log from a key on (`scan_from`).
+    pub(super) event_scans: Arc<AtomicUsize>,
     pub(super) holding: Arc<AtomicBool>,
 }
 
@@ -39,6 +41,7 @@ impl Wrapped {
             inner,
             gate: Gate::default(),
             job_reads: Arc::default(),
+            event_scans: Arc::default(),
             holding: Arc::default(),
         }
     }
@@ -88,6 +91,9 @@ impl Store for Wrapped {
         from: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> StoreResult<()> {
+        if space == Space::Event {
+            self.event_scans.fetch_add(1, Ordering::SeqCst);
+        }
         self.inner.scan_from(space, from, f)
     }
     fn floor_key(&self, space: Space, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
