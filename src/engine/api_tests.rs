@@ -339,3 +339,29 @@ fn a_job_travels_as_its_json_not_as_a_byte_array() {
         format!("{{\"Job\":{}}}", std::str::from_utf8(job().json()).unwrap())
     );
 }
+
+#[test]
+fn a_jobs_id_is_read_alike_from_a_composed_envelope_and_any_other_json() {
+    let view = |s: &str| JobView::encoded(Bytes::copy_from_slice(s.as_bytes()));
+    let cases = [
+        // As the engine composes it: read without a parse.
+        (
+            r#"{"specversion":"1.0","id":"019a-1","type":"t"}"#,
+            Some("019a-1"),
+        ),
+        // Escapes in either string, another order, no id, not an object: parsed.
+        (r#"{"specversion":"1\"0","id":"a","type":"t"}"#, Some("a")),
+        (r#"{"specversion":"1.0","id":"a\u0041\"b"}"#, Some("aA\"b")),
+        (r#"{"id":"x","specversion":"1.0"}"#, Some("x")),
+        (r#"{"specversion":"1.0","type":"t"}"#, None),
+        (r#"{"specversion":"1.0","id":"#, None),
+        ("[]", None),
+    ];
+    for (json, id) in cases {
+        assert_eq!(view(json).id().as_deref(), id, "{json}");
+    }
+    // A real envelope: what its full parse says.
+    let j = job();
+    let parsed: serde_json::Value = serde_json::from_slice(j.json()).unwrap();
+    assert_eq!(j.id().as_deref(), parsed["id"].as_str());
+}
