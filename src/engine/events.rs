@@ -554,7 +554,7 @@ impl Engine {
                 };
                 if last >= count_end {
                     let time = events::decode(last, json).map(|(_, time)| time);
-                    if !time.is_some_and(|t| t < cutoff) {
+                    if time.is_none_or(|t| t >= cutoff) {
                         stopped_at = time;
                         return false;
                     }
