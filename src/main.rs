@@ -92,9 +92,9 @@ struct Args {
     #[arg(long, env = "OJSD_COMMIT_PIPELINE", action = clap::ArgAction::Set)]
     commit_pipeline: Option<bool>,
     /// With --store postgres and several partitions: threads that run this node's
-    /// partitions' engines at most, each thread several of them (a thread per partition
-    /// sleeps and wakes per batch: bench/RESULTS.md); another thread starts only once each
-    /// runs 4. 0: one per core.
+    /// partitions' engines, each thread several of them (a thread per partition sleeps and
+    /// wakes per batch: bench/RESULTS.md). 0: automatic, a thread per 4 partitions held,
+    /// up to one per core.
     #[arg(long, env = "OJSD_ENGINE_THREADS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024))]
     engine_threads: u32,
     /// Most bytes of unfinished jobs (encoded envelopes) held at once; a PUSH past it is

@@ -208,12 +208,9 @@ impl Engines {
 
     /// The host for the next engine ([`pick_host`]), started if it is a new one.
     fn host(&mut self) -> Option<usize> {
-        let most = match self.cfg.engine_threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
+        let (most, per_host) = threads(self.cfg.engine_threads);
         let engines: Vec<usize> = self.hosts.iter().map(Host::engines).collect();
-        if let Some(i) = pick_host(&engines, most) {
+        if let Some(i) = pick_host(&engines, most, per_host) {
             return Some(i);
         }
         match Host::start("ojsd-engine") {
@@ -229,18 +226,32 @@ impl Engines {
     }
 }
 
-/// Engines a host thread runs before the node starts another (up to `--engine-threads`).
+/// Engines a host thread runs before the node starts another, with `--engine-threads 0`
+/// (automatic: up to one thread per core).
 /// A thread per partition on a node holding a few made each of them sleep and wake per
 /// batch, and three nodes of a few partitions each on one machine ran their commands
 /// slower with two threads each than with one (bench/RESULTS.md, round 16).
 pub const ENGINES_PER_HOST: usize = 4;
 
+/// `--engine-threads` as (most threads, engines a thread runs before another starts).
+/// 0, automatic: a thread per [`ENGINES_PER_HOST`] engines, up to one per core. Set: that
+/// many threads, the engines spread over them.
+fn threads(engine_threads: usize) -> (usize, usize) {
+    match engine_threads {
+        0 => (
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ENGINES_PER_HOST,
+        ),
+        n => (n, 1),
+    }
+}
+
 /// Where the next engine goes, given the engines each host runs: the host running fewest,
-/// or `None` for a new host, while there are fewer than `most` and each runs
-/// [`ENGINES_PER_HOST`] already.
-fn pick_host(engines: &[usize], most: usize) -> Option<usize> {
+/// or `None` for a new host, while there are fewer than `most` and each runs `per_host`
+/// already.
+fn pick_host(engines: &[usize], most: usize, per_host: usize) -> Option<usize> {
     let least = (0..engines.len()).min_by_key(|&i| engines[i])?;
-    (engines[least] < ENGINES_PER_HOST || engines.len() >= most.max(1)).then_some(least)
+    (engines[least] < per_host.max(1) || engines.len() >= most.max(1)).then_some(least)
 }
 
 #[cfg(test)]
@@ -249,17 +260,30 @@ mod tests {
 
     #[test]
     fn a_new_host_only_once_each_runs_its_share() {
+        let pick = |e: &[usize], most| pick_host(e, most, K);
         // The first engine needs a host; a few share it.
-        assert_eq!(pick_host(&[], 2), None);
-        assert_eq!(pick_host(&[1], 2), Some(0));
-        assert_eq!(pick_host(&[K - 1], 2), Some(0));
+        assert_eq!(pick(&[], 2), None);
+        assert_eq!(pick(&[1], 2), Some(0));
+        assert_eq!(pick(&[K - 1], 2), Some(0));
         // Full: a second thread, then the emptier one.
-        assert_eq!(pick_host(&[K], 2), None);
-        assert_eq!(pick_host(&[K, 1], 2), Some(1));
+        assert_eq!(pick(&[K], 2), None);
+        assert_eq!(pick(&[K, 1], 2), Some(1));
         // At most `most` threads: past that, the one running fewest.
-        assert_eq!(pick_host(&[K + 2, K], 2), Some(1));
-        assert_eq!(pick_host(&[K, K], 1), Some(0));
+        assert_eq!(pick(&[K + 2, K], 2), Some(1));
+        assert_eq!(pick(&[K, K], 1), Some(0));
         // A host whose engines all ended is used again before a new one starts.
-        assert_eq!(pick_host(&[K, 0], 8), Some(1));
+        assert_eq!(pick(&[K, 0], 8), Some(1));
+    }
+
+    #[test]
+    fn a_set_number_of_threads_spreads_the_engines_over_all_of_them() {
+        assert_eq!(super::threads(3), (3, 1));
+        assert_eq!(super::threads(0).1, K);
+        // --engine-threads 3: a thread each for the first three, then the emptiest.
+        assert_eq!(pick_host(&[], 3, 1), None);
+        assert_eq!(pick_host(&[1], 3, 1), None);
+        assert_eq!(pick_host(&[1, 1], 3, 1), None);
+        assert_eq!(pick_host(&[1, 1, 1], 3, 1), Some(0));
+        assert_eq!(pick_host(&[2, 1, 2], 3, 1), Some(1));
     }
 }

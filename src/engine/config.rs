@@ -53,9 +53,9 @@ pub struct Config {
     /// encoded size
     /// (`--job-cache-mb`; `txn::JobCache`).
     pub job_cache_bytes: usize,
-    /// Threads that run a cluster node's partition engines at most (`--engine-threads`; 0:
-    /// one per core). Each thread hosts several engines (`host.rs`); the node starts
-    /// another once each runs `cluster::node::ENGINES_PER_HOST`.
+    /// Threads that run a cluster node's partition engines (`--engine-threads`; 0:
+    /// automatic, a thread per `cluster::node::ENGINES_PER_HOST` engines, up to one per
+    /// core). Each thread hosts several engines (`host.rs`).
     pub engine_threads: usize,
 }
 
