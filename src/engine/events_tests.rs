@@ -22,19 +22,18 @@ fn the_prune_does_not_read_a_log_it_knows_has_nothing_to_drop() {
         .enable_time()
         .build()
         .unwrap();
-    // Jobs pushed for 700 ms: an engine iteration every 20 ms, seven prune periods, each
+    // Jobs pushed for a second: an engine iteration every 20 ms, ten prune periods, each
     // push's events in the log.
     let began = Instant::now();
-    while began.elapsed() < Duration::from_millis(700) {
+    while began.elapsed() < Duration::from_secs(1) {
         let mut rx = rt.block_on(handle.submit(None, push("q"), 100));
         assert!(within(&rt, &mut rx, Duration::from_secs(20)).is_some());
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        scans.load(Ordering::SeqCst),
-        1,
-        "the log was read more than once"
-    );
+    // One read learns the oldest record's time. One more at most: a first look in the
+    // iteration that applied the first push, before its record was written, finds none.
+    let scans = scans.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&scans), "the log was read {scans} times");
     handle.shutdown();
     thread.join().unwrap().unwrap();
 }
